@@ -18,7 +18,7 @@ def test_finite_with_tiny_eta_and_huge_gamma_reproduces_limit(model):
     problem = lib.make_problem(cfg, 0)
     batch = lib.sample_batch(problem, 8192, 0)
     lim = lib.three_steps(problem, batch, "limit")
-    fin = lib.three_steps(problem, batch, "finite", lib.StepSizes(eta=1e-4, gamma_W=1e12, gamma_V=1e12))
+    fin = lib.three_steps(problem, batch, "finite", step_sizes=lib.StepSizes(eta=1e-4, gamma_W=1e12, gamma_V=1e12))
     assert agreement(problem, lim.params, fin.params) >= 0.999
 
 
@@ -39,7 +39,7 @@ def test_finite_direction_converges_to_limit_k():
     k = lib.three_steps(problem, batch, "limit").k
     cos = []
     for eta in [1e-1, 1e-3, 1e-5]:
-        kf = lib.three_steps(problem, batch, "finite", lib.StepSizes(eta=eta)).k
+        kf = lib.three_steps(problem, batch, "finite", step_sizes=lib.StepSizes(eta=eta)).k
         cos.append(float(kf @ k / (kf.norm() * k.norm())))
     assert cos[-1] > 1 - 1e-8 and cos[0] < cos[-1]
 
