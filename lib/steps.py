@@ -34,12 +34,22 @@ ROUTES = ("counts", "direct")
 @dataclass(frozen=True)
 class StepSizes:
     """Step sizes of the finite mode (ignored in limit mode). Defaults sit in [Vural et al.]'s
-    regime "eta ~ 0, gamma >> 0" while staying a genuine finite step (see `attn_scale`)."""
+    regime "eta ~ 0, gamma >> 0" while staying a genuine finite step.
+
+    attn_scale = 20 (the book's choice, measured): with gamma_W normalised so that |W1 q| = 20 the
+    attention logits separate the trigger from the other positions by a gap of order 10-20, so the
+    softmax is sharp but not saturated (the MLP at V = 64, d = 32, L = 8 puts 0.998 of its weight
+    on the informative position; gamma_W is about 1.4e8 at V = d = 256, L = 16, the scale SPEC's
+    first look found). The former 1e5 (gamma_W ~ 7e11) made every off-trigger weight underflow:
+    the limit mode plus O(eta). At the tested configurations (attention-only V = 256, d = 64 and
+    256, L = 16; MLP V = 64, d = 32, L = 8) finite and limit mode predict the same label on >= 99.99 %
+    of test samples; attn_scale = 10 drops below 99.9 % at V = 256, d = 64.
+    """
 
     eta: float = 0.01              # step 1 (value matrix): small, so softmax(U V1 o) stays ~ uniform
     gamma_W: float | None = None   # step 2 (key-query): None = normalised by attn_scale
     gamma_V: float = 1e3           # step 3 (value matrix again): large
-    attn_scale: float = 1e5        # |W1 q| when gamma_W is None (attention-logit scale)
+    attn_scale: float = 20.0       # |W1 q| when gamma_W is None: see the class docstring
 
     def __post_init__(self):
         check_float("eta", self.eta, 0.0, 1e12, strict_min=True)
