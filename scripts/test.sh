@@ -21,7 +21,10 @@ t_lib=$(date +%s)
 
 echo "== notebooks (nbval, CPU) alongside the book build (jupyter-book -W -n --keep-going)"
 nbval_log=$(mktemp)
-.venv/bin/python -m pytest --nbval-lax --nbval-current-env -q -p no:cacheprovider --durations=0 book \
+# nbval gets one thread so that, beside the build (which runs as build_book.sh does), the two
+# executions share the CPU without oversubscribing it.
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" \
+  .venv/bin/python -m pytest --nbval-lax --nbval-current-env -q -p no:cacheprovider --durations=0 book \
   >"$nbval_log" 2>&1 &
 nbval_pid=$!
 build_rc=0
