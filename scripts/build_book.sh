@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # Build the book from a clean state: every notebook is executed; warnings are errors.
-# The HTML lands in _build/html/index.html.
+# The HTML lands in _build/html/index.html, MathJax included (no network needed to read it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+[ "${BOOK_SETUP_DONE:-}" = 1 ] || bash scripts/setup.sh  # scripts/test.sh ran it already
+# Notebooks draw with the inline backend; MPLBACKEND=Agg in the caller's environment would reach
+# the kernels and every figure would vanish from the pages while the build still passes.
+unset MPLBACKEND
 rm -rf _build
 .venv/bin/jupyter-book build . -W -n --keep-going
 # A directive whose fence failed to parse renders as literal text: treat that as an error too.
 if grep -l '```{' _build/html/book/*.html; then
   echo "error: unparsed directive fences in the pages above" >&2
+  exit 1
+fi
+# MathJax ships with the book (sphinx-mathjax-offline copies it only when the build succeeded).
+if [ ! -s _build/html/_static/mathjax/tex-chtml.js ]; then
+  echo "error: _build/html/_static/mathjax/tex-chtml.js missing: formulas would need a network" >&2
   exit 1
 fi
 echo "Book built: $(pwd)/_build/html/index.html"

@@ -1,15 +1,54 @@
 #!/usr/bin/env bash
-# Run every test: the library's tests, every notebook under nbval (CPU), and a clean book build
-# with warnings as errors. This is the command CI runs (.ci/run).
+# Run every test, then check the book a reader gets. This is the command CI runs (.ci/run).
+#   1. the library's tests (tests/, headless matplotlib: MPLBACKEND=Agg for this step only);
+#   2. every notebook under nbval (its asserts are the chapter's tests) and, at the same time, the
+#      clean book build of scripts/build_book.sh (the very same book, with every figure): both
+#      execute the notebooks, so they run side by side instead of one after the other;
+#   3. the built book (tests/book): every figure a chapter draws is on its page, and every page,
+#      opened in headless Chromium with no network, has its math typeset by the bundled MathJax,
+#      its images loaded, no console error and working solution dropdowns (screenshots in
+#      _build/screenshots/). Chromium is installed first when this runs as root with apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-export MPLBACKEND=Agg
 start=$(date +%s)
+bash scripts/setup.sh
+bash scripts/install_browser.sh
+unset MPLBACKEND  # notebooks must draw with the inline backend: never Agg around them
+
 echo "== library tests"
-.venv/bin/python -m pytest tests -q -p no:cacheprovider
-echo "== notebooks (nbval, CPU)"
-.venv/bin/python -m pytest --nbval-lax --nbval-current-env -q -p no:cacheprovider --durations=0 book
-echo "== book build (jupyter-book -W -n --keep-going)"
-bash scripts/build_book.sh
-echo "== all tests passed in $(( $(date +%s) - start )) s"
+MPLBACKEND=Agg .venv/bin/python -m pytest tests -q -p no:cacheprovider --ignore=tests/book
+t_lib=$(date +%s)
+
+echo "== notebooks (nbval, CPU) alongside the book build (jupyter-book -W -n --keep-going)"
+nbval_log=$(mktemp)
+# nbval gets one thread so that, beside the build (which runs as build_book.sh does), the two
+# executions share the CPU without oversubscribing it.
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" \
+  .venv/bin/python -m pytest --nbval-lax --nbval-current-env -q -p no:cacheprovider --durations=0 book \
+  >"$nbval_log" 2>&1 &
+nbval_pid=$!
+build_rc=0
+BOOK_SETUP_DONE=1 bash scripts/build_book.sh || build_rc=$?
+nbval_rc=0
+wait "$nbval_pid" || nbval_rc=$?
+echo "== nbval output"
+cat "$nbval_log"
+rm -f "$nbval_log"
+if [ "$nbval_rc" != 0 ] || [ "$build_rc" != 0 ]; then
+  echo "error: nbval exit status $nbval_rc, book build exit status $build_rc" >&2
+  exit 1
+fi
+t_build=$(date +%s)
+
+echo "== the built book: figures on the pages, every page in offline headless Chromium"
+.venv/bin/python -m pytest tests/book -q -p no:cacheprovider -rs
+t_book=$(date +%s)
+echo "-- figures per chapter (_build/figures.txt)"
+cat _build/figures.txt
+if [ -f _build/browser.txt ]; then
+  echo "-- pages checked in the browser (_build/browser.txt; screenshots in _build/screenshots/)"
+  cat _build/browser.txt
+fi
+echo "== all tests passed in $(( t_book - start )) s" \
+     "(setup+library $(( t_lib - start )) s," \
+     "nbval+build $(( t_build - t_lib )) s, built-book tests $(( t_book - t_build )) s)"
