@@ -120,7 +120,7 @@ def gradient_vs_eta(etas, grad_per_eta: dict, p_max: dict, V: int, small: float 
         right.plot(etas, p_max[model], ":", color=color, lw=1.5)
     right.axhline(1 / V, color="gray", lw=0.8, ls="--")
     right.text(etas[0], 1 / V + 0.02, "1/V (uniform)", fontsize=8, color="gray")
-    finish(ax, loc="lower left")
+    finish(ax, loc="center left")
 
 
 def capacity_figure(d_hebb, n_hebb, d_grid, n_heur, d_train, n_train, budget: int, fit_from: int = 64):
