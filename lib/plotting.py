@@ -1,8 +1,12 @@
-"""Figure helpers, so that the same quantity has the same colour in every chapter.
+"""Figure and page helpers, so that the same quantity has the same colour in every chapter and the
+chapters' code cells stay short.
 
 Colours: test accuracy, attention accuracy and oracle-attention accuracy; random vs orthogonal
-embeddings; one-step (Hebbian) vs trained memories. `loglog_with_fit` draws points on log-log axes
-with their least-squares line and prints the fitted slope on the plot.
+embeddings; one-step (Hebbian) vs trained memories; predictions in black. `axes` opens a labelled
+figure and `finish` adds the legend and shows it; `loglog_with_fit` draws points on log-log axes
+with their least-squares line and prints the fitted slope on the plot; `measured_and_predicted`
+draws measurements beside the curve that predicts them; `glue_values` glues many numbers into the
+page in one call (myst-nb).
 """
 
 from __future__ import annotations
@@ -21,6 +25,44 @@ COLORS = {
     "trained": "#8c564b",      # memory trained to convergence
     "theory": "#000000",       # predictions
 }
+
+
+def axes(title: str, xlabel: str, ylabel: str, figsize=(6, 3.8), xscale: str = "linear",
+         yscale: str = "linear"):
+    """A new figure with one labelled axes; returns the axes."""
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=figsize)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_xscale(xscale)
+    ax.set_yscale(yscale)
+    return ax
+
+
+def finish(ax, fontsize: float = 8, loc: str = "best") -> None:
+    """Legend, then show the figure."""
+    import matplotlib.pyplot as plt
+
+    ax.legend(fontsize=fontsize, loc=loc)
+    plt.show()
+
+
+def measured_and_predicted(ax, x, measured, predicted, color, label, theory_label, marker="o",
+                           linestyle="-", theory_color="theory"):
+    """Measurements as markers and their prediction as a line, on the same axes. `color` and
+    `theory_color` are keys of COLORS or colours (predictions are black unless told otherwise)."""
+    ax.plot(x, measured, marker, color=COLORS.get(color, color), label=label, ls="none")
+    ax.plot(x, predicted, linestyle, color=COLORS.get(theory_color, theory_color), lw=1.2, label=theory_label)
+
+
+def glue_values(**values) -> None:
+    """Glue every keyword as a number (or text) into the page: `{glue:text}` `name`."""
+    from myst_nb import glue
+
+    for name, value in values.items():
+        glue(name, value, display=False)
 
 
 def loglog_with_fit(ax, x, y, color, label, marker="o"):
@@ -49,3 +91,55 @@ def show_sequences(ax, batch, n: int = 8, V: int | None = None):
     ax.set_ylabel("sample n")
     ax.set_xticks(range(tok.shape[1]))
     ax.set_yticks(range(tok.shape[0]))
+
+
+def gradient_vs_eta(etas, grad_per_eta: dict, p_max: dict, V: int, small: float = 1e-1):
+    """Chapter 3: ||grad_{W_KQ}|| / eta against the first step size eta for each model (left axis,
+    log-log, with the slope of ||grad|| against eta fitted for eta < small), and the mean largest
+    output probability max_k p_{n,k} (right axis), which runs from 1/V to 1 as the softmax
+    saturates."""
+    import matplotlib.pyplot as plt
+
+    etas = np.asarray(etas, float)
+    ax = axes("The attention gradient per unit of $\\eta$ bends when the output softmax saturates",
+              r"first step size $\eta$ (value matrix $W_V = \eta G_1$)",
+              r"$\|\nabla_{W_{KQ}} \hat{\mathcal{L}}(\eta G_1, 0)\|_F \,/\, \eta$", figsize=(6.5, 4),
+              xscale="log", yscale="log")
+    right = ax.twinx()
+    right.set_xscale("log")
+    right.set_ylabel(r"mean $\max_k p_{n,k}$ (dotted)")
+    right.set_ylim(0, 1.05)
+    style = {"attn": ("o", COLORS["att_acc"], "attention-only", "full"),
+             "mlp": ("s", COLORS["trained"], "attention + MLP", "none")}
+    sel = etas < small
+    for model, g in grad_per_eta.items():
+        marker, color, name, fill = style.get(model, ("^", COLORS["acc"], model, "full"))
+        slope, _ = fit_power_law(etas[sel], np.asarray(g)[sel] * etas[sel])
+        ax.plot(etas, g, marker + "-", color=color, fillstyle=fill, ms=6 if fill == "full" else 8, lw=1,
+                label=f"{name} (slope of the gradient for $\\eta < {small:g}$: {slope:.3f})")
+        right.plot(etas, p_max[model], ":", color=color, lw=1.5)
+    right.axhline(1 / V, color="gray", lw=0.8, ls="--")
+    right.text(etas[0], 1 / V + 0.02, "1/V (uniform)", fontsize=8, color="gray")
+    finish(ax, loc="center left")
+
+
+def capacity_figure(d_hebb, n_hebb, d_grid, n_heur, d_train, n_train, budget: int, fit_from: int = 64):
+    """Chapter 2: capacity n* of a d x d linear memory on log-log axes: orthogonal embeddings (n = d),
+    one-step memories (slope fitted on d >= fit_from) beside the book's heuristic, trained memories
+    (Adam, `budget` steps) with their fit, and the guide line d^2 = 1.3 n log n of Nichani et al.'s
+    notebook linear_AM.ipynb."""
+    from .theory import capacity_from_constant
+
+    ax = axes("Capacity of a d x d linear associative memory", "embedding dimension d",
+              "capacity n* (pairs recalled at 99 %)", figsize=(6.5, 4.2), xscale="log", yscale="log")
+    loglog_with_fit(ax, d_hebb, d_hebb, COLORS["orthogonal"], "orthogonal embeddings", "s")
+    big = [i for i, d in enumerate(d_hebb) if d >= fit_from]
+    slope, _ = fit_power_law([d_hebb[i] for i in big], [n_hebb[i] for i in big])
+    ax.plot(d_hebb, n_hebb, "o", color=COLORS["hebbian"],
+            label=f"random, one-step memory (slope {slope:.2f} for d $\\geq$ {fit_from})")
+    ax.plot(d_grid, n_heur, "-", color=COLORS["theory"], lw=1.2, label="one-step: the book's heuristic")
+    loglog_with_fit(ax, d_train, n_train, COLORS["trained"], f"random, trained memory (Adam, {budget} steps)", "^")
+    ds = np.geomspace(min(min(d_train), min(d_hebb)), max(d_hebb), 50)
+    ax.plot(ds, [capacity_from_constant(d, 1.3) for d in ds], ":", color=COLORS["trained"],
+            label=r"guide line $d^2 = 1.3\, n \log n$ (Nichani et al.'s notebook)")
+    finish(ax)

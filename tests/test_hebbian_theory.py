@@ -1,0 +1,87 @@
+"""The one-step memory heuristic of chapter 2 (lib.theory): the score variances match simulated
+memories, the conditional model averages back to them, the predicted accuracy and capacity are
+consistent with each other and with measurement, and bad arguments are refused."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lib.construct import hand_built
+from lib.embeddings import make_problem
+from lib.config import TaskConfig
+from lib.memory import hebbian, make_memory, memory_logits, recall_accuracy
+from lib.theory import (hebbian_conditional_moments, hebbian_predicted_accuracy, hebbian_predicted_capacity,
+                        hebbian_score_moments, trigger_bias_var)
+
+
+def _scores(n, d, seeds):
+    correct, wrong = [], []
+    for s in range(seeds):
+        mem = make_memory(n, d, seed=s, dtype="float64", device="cpu")
+        S = memory_logits(mem, hebbian(mem))
+        is_y = torch.zeros_like(S, dtype=torch.bool)
+        is_y[torch.arange(n), mem.perm] = True
+        correct.append(S[is_y])
+        wrong.append(S[~is_y])
+    return torch.cat(correct), torch.cat(wrong)
+
+
+@pytest.mark.parametrize("n,d", [(20, 16), (62, 64)])
+def test_score_variances_match_simulated_memories(n, d):
+    correct, wrong = _scores(n, d, 300)
+    th = hebbian_score_moments(n, d)
+    assert abs(float(correct.mean()) - th["correct_mean"]) < 0.02
+    assert abs(float(correct.var()) / th["correct_var"] - 1) < 0.06
+    assert abs(float(wrong.var()) / th["wrong_var"] - 1) < 0.06
+    assert th["margin_var"] == pytest.approx(6 / d + (2 * n + 5) / d ** 2)
+
+
+def test_conditional_model_averages_back_to_the_unconditional_variances():
+    n, d = 50, 24
+    g = np.random.default_rng(0)
+    a, b = g.chisquare(d, 400_000) / d, g.chisquare(d, 400_000) / d
+    mean_y, var_y, var_w = hebbian_conditional_moments(n, d, a, b)
+    th = hebbian_score_moments(n, d)
+    assert float(np.mean(var_y) + np.var(mean_y)) == pytest.approx(th["correct_var"], rel=0.02)
+    assert float(np.mean(var_w)) == pytest.approx(th["wrong_var"], rel=0.02)
+
+
+def test_predicted_accuracy_is_a_probability_falling_with_n_and_close_to_measured():
+    accs = [hebbian_predicted_accuracy(n, 64) for n in (10, 40, 100, 400)]
+    assert all(0.0 <= a <= 1.0 for a in accs) and accs == sorted(accs, reverse=True)
+    measured = np.mean([recall_accuracy(m, hebbian(m)) for m in
+                        (make_memory(100, 64, seed=s, dtype="float64", device="cpu") for s in range(40))])
+    assert abs(hebbian_predicted_accuracy(100, 64) - measured) < 0.02
+
+
+def test_predicted_capacity_is_the_last_n_above_the_threshold():
+    for d in (48, 128):
+        n = hebbian_predicted_capacity(d)
+        assert hebbian_predicted_accuracy(n, d) >= 0.99 > hebbian_predicted_accuracy(n + 1, d)
+    assert hebbian_predicted_capacity(1024) > hebbian_predicted_capacity(512) > 4 * 512 / math.log(512)
+
+
+def test_trigger_bias_variance_matches_simulated_problems():
+    V, d = 64, 16
+    b = [p.U @ (hand_built(p).W_V @ p.z_trig)
+         for p in (make_problem(TaskConfig(V=V, d=d, L=4, device="cpu"), seed=s) for s in range(60))]
+    assert abs(float(torch.cat(b).pow(2).mean()) / trigger_bias_var(V, d) - 1) < 0.1
+
+
+def test_bias_variance_widens_the_prediction():
+    assert hebbian_predicted_accuracy(200, 64, bias_var=0.05) < hebbian_predicted_accuracy(200, 64)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: hebbian_score_moments(0, 8), "n"),
+    (lambda: hebbian_predicted_accuracy(10, 0), "d"),
+    (lambda: hebbian_predicted_accuracy(10, 8, bias_var=-1.0), "bias_var"),
+    (lambda: hebbian_predicted_accuracy(10, 8, bias_var=float("nan")), "bias_var"),
+    (lambda: hebbian_predicted_capacity(8, threshold=1.0), "threshold"),
+    (lambda: trigger_bias_var(0, 8), "V"),
+])
+def test_bad_arguments_are_refused_with_the_parameter_named(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
