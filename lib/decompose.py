@@ -301,3 +301,31 @@ def pooled(problem: Problem, test: Batch, test_attn=None) -> torch.Tensor:
     b_inf, b_oth, s = _split(problem, test, a)
     o_oth = Fn.embedding_bag(test.tokens, problem.E, mode="sum", per_sample_weights=b_oth.contiguous())
     return b_inf[:, None] * problem.E[test.informative] + o_oth + s
+
+
+def pooled_terms(cfg, N: int, seeds, n_test: int = 400, scheme: str | None = "step1",
+                 train_attn=None, test_attn=None, max_off: int = 20000) -> dict:
+    """Each term at the correct label and at wrong labels, pooled over problems `seeds`.
+
+    For every seed s: problem `make_problem(cfg, s)`, training batch `sample_batch(problem, N, s)`,
+    test batch `sample_batch(problem, n_test, s, "test")`. `train_attn` / `test_attn` are as in
+    `decompose`, or callables (problem, batch) -> attention (e.g. hard positions along step 2's k).
+    Returns {name: (at (S n_test,), off (<= S max_off,), per_seed_at_means (S,))} with the terms of
+    GROUPS[scheme] (FINE_TERMS when scheme is None). At most `max_off` wrong-label values per seed
+    are kept (the first ones, row by row).
+    """
+    from .embeddings import make_problem
+    from .task import sample_batch
+    at, off, means = {}, {}, {}
+    for s in seeds:
+        problem = make_problem(cfg, s)
+        train, test = sample_batch(problem, N, s), sample_batch(problem, n_test, s, "test")
+        ta = train_attn(problem, train) if callable(train_attn) else train_attn
+        sa = test_attn(problem, test) if callable(test_attn) else test_attn
+        dec = decompose(problem, train, test, ta, sa)
+        for name, t in dec.at_label(scheme).items():
+            at.setdefault(name, []).append(t)
+            means.setdefault(name, []).append(t.mean())
+        for name, t in dec.off_label(scheme).items():
+            off.setdefault(name, []).append(t.reshape(-1)[:max_off])
+    return {name: (torch.cat(at[name]), torch.cat(off[name]), torch.stack(means[name])) for name in at}

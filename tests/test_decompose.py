@@ -195,3 +195,18 @@ def test_invalid_arguments_name_the_parameter():
     mlp = lib.make_problem(small_cfg(V=5, d=4, L=3, model="mlp"), 0)
     with pytest.raises(ValueError, match="model"):
         memory_counts(mlp, lib.sample_batch(mlp, 10, 0))
+
+
+def test_pooled_terms_collects_every_seed():
+    from lib.decompose import pooled_terms
+    cfg = small_cfg(V=9, d=6, L=4)
+    out = pooled_terms(cfg, 200, [0, 1, 2], n_test=10, scheme="step3", test_attn="oracle",
+                       train_attn=lambda p, b: b.pos)
+    assert set(out) == set(GROUPS["step3"])
+    at, off, means = out["signal"]
+    assert at.shape == (30,) and off.shape == (3 * 10 * 8,) and means.shape == (3,)
+    # hard attention on the informative position is the oracle: no leakage, no misread
+    assert float(out["leakage"][0].abs().max()) == 0.0 and float(out["misread"][1].abs().max()) == 0.0
+    p = lib.make_problem(cfg, 1)
+    d1 = decompose(p, lib.sample_batch(p, 200, 1), lib.sample_batch(p, 10, 1, "test"), "oracle", "oracle")
+    assert torch.allclose(at[10:20], d1.at_label("step3")["signal"])
