@@ -62,10 +62,11 @@ terms of xi_k (each an (M, V) tensor over test samples m and labels k) are:
 They sum exactly to u_k^T G o (tests/test_decompose.py, float64). Two groupings name them as the
 chapters do (`GROUPS`): "step1" (signal, crosstalk, other_tokens, trigger, ubar) and "step3"
 (signal, crosstalk, mean_bias, finite_sample, leakage, misread). Under "step3", mean_bias =
-trigger_equal + trigger_count + ubar: the trigger in the value path and -u_bar, whose leading parts
-cancel (V (u_k . u_bar) |z|^2 against (u_k . u_bar) obar . z_trig), leaving trigger_count, of
-standard deviation about |z|^2 / sqrt(N d); finite_sample = signal_count; leakage = other_memory;
-misread = other_test (zero when the test attention is the oracle).
+trigger_equal + trigger_count + ubar: the trigger in the value path and -u_bar. With oracle
+attention trigger_equal = (u_k . u_bar) |z|^2 cancels the z.z part of ubar = -(u_k . u_bar)(obar . o)
+exactly, leaving trigger_count = |z|^2 sum_i (n_i/N - 1/V) C_ki, of standard deviation about
+|z|^2 sqrt((1/d + 1/V) / N) over labels k, plus the rest of ubar; finite_sample = signal_count;
+leakage = other_memory; misread = other_test (zero when the test attention is the oracle).
 
 Attention weights (`train_attn`, `test_attn`): None or "uniform" (1/K each), "oracle" (one-hot on l),
 an (N,) long tensor of attended positions (hard attention; K - 1 = L is EOS when it is a key), or an
