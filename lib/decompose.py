@@ -304,6 +304,60 @@ def pooled(problem: Problem, test: Batch, test_attn=None) -> torch.Tensor:
     return b_inf[:, None] * problem.E[test.informative] + o_oth + s
 
 
+# ----------------------------------------------------------------------------- step 3, centred
+
+CENTRED_TERMS = ("signal", "finite_sample", "crosstalk", "trigger_key", "mean_bias", "leakage", "misread")
+
+
+def centred_step3(problem: Problem, dec: Decomposition, test: Batch, test_attn=None) -> dict:
+    """The step-3 terms of chapter 6 (each (M, V)), with -u_bar folded into every path it belongs to.
+
+    The fine terms keep u_k . u_{Pi i} and the -u_bar part apart; the large pieces of `trigger_equal`
+    + `ubar` and of `trigger_cross` + `ubar` then cancel ACROSS the "step3" groups. Here the label
+    vectors are centred, a_ki = u_k . (u_{Pi i} - u_bar), so no two groups cancel:
+
+        crosstalk     crosstalk - (u_k . u_bar)(obar_tok . o_tok)      token keys read by test tokens
+        trigger_key   [stored token keys read by the test's shared part s] - (u_k . u_bar)(obar_tok . s)
+        mean_bias     trigger_equal + trigger_count + [stored shared vectors read by the test tokens]
+                      - (u_k . u_bar)(obar_sh . o)   = (u_k . nu)(|s|^2 + s . e_x) with oracle attention,
+                      nu = sum_i (n_i/N - 1/V) u_{Pi i}: only the label-frequency fluctuation is left
+        signal, finite_sample (= signal_count), leakage (= other_memory), misread (= other_test)
+
+    obar_sh = sum_i P_i / N is the shared part of the mean training vector, obar_tok the rest. The
+    seven terms sum exactly to dec.logits (tests/test_decompose.py). `test` and `test_attn` must be the
+    ones `dec` was computed with.
+    """
+    if not isinstance(dec, Decomposition):
+        raise ValueError(f"dec must be a Decomposition (see decompose), got {type(dec).__name__}")
+    check_batch(problem, test)
+    if test.N != dec.logits.shape[0] or not torch.equal(test.labels, dec.labels):
+        raise ValueError("test must be the batch the decomposition was computed on")
+    test_attn = _check_attn(problem, test, test_attn, "test_attn")
+    mem, U = dec.memory, problem.U
+    a = _weights(problem, test, test_attn, 0)
+    b_inf, b_oth, s = _split(problem, test, a)
+    o_tok = b_inf[:, None] * problem.E[test.informative] + Fn.embedding_bag(
+        test.tokens, problem.E, mode="sum", per_sample_weights=b_oth.contiguous())
+    o = o_tok + s
+    obar_sh = mem.P.sum(0) / mem.N
+    obar_tok = mem.obar - obar_sh
+    ub = (U @ problem.u_bar)[None, :]                              # (1, V): u_k . u_bar
+    C = U @ problem.U_perm.T
+    trigger_read = o_tok @ (C @ (mem.P / mem.N)).T                 # stored shared vectors . test tokens
+    ubar_shared = -(o @ obar_sh)[:, None] * ub
+    ubar_key = -(s @ obar_tok)[:, None] * ub
+    T = dec.terms
+    return {
+        "signal": T["signal"],
+        "finite_sample": T["signal_count"],
+        "crosstalk": T["crosstalk"] + (T["ubar"] - ubar_shared - ubar_key),
+        "trigger_key": T["trigger_cross"] - trigger_read + ubar_key,
+        "mean_bias": T["trigger_equal"] + T["trigger_count"] + trigger_read + ubar_shared,
+        "leakage": T["other_memory"],
+        "misread": T["other_test"],
+    }
+
+
 def pooled_terms(cfg, N: int, seeds, n_test: int = 400, scheme: str | None = "step1",
                  train_attn=None, test_attn=None, max_off: int = 20000) -> dict:
     """Each term at the correct label and at wrong labels, pooled over problems `seeds`.

@@ -197,6 +197,45 @@ def test_invalid_arguments_name_the_parameter():
         memory_counts(mlp, lib.sample_batch(mlp, 10, 0))
 
 
+# ---- chapter 6: the centred step-3 terms
+
+def test_centred_step3_terms_sum_to_logits_and_match_closed_forms():
+    """centred_step3 regroups the fine terms exactly, and with oracle attention its mean_bias and
+    trigger_key equal their closed forms (u_k . nu)(|s|^2 + s . e_x) and sum_i f_i a_ki (e_i . s)."""
+    from lib.decompose import CENTRED_TERMS, centred_step3
+    cfg = lib.TaskConfig(V=12, d=7, L=5, dtype="float64", device="cpu")
+    pr = lib.make_problem(cfg, 3)
+    train, test = lib.sample_batch(pr, 300, 3), lib.sample_batch(pr, 40, 3, split="test")
+    for train_attn, test_attn in (("oracle", "oracle"), (attn_of("hard", pr, train, 1), "oracle"),
+                                  (attn_of("soft", pr, train, 2), attn_of("soft", pr, test, 3))):
+        dec = decompose(pr, train, test, train_attn, test_attn)
+        T = centred_step3(pr, dec, test, test_attn)
+        assert tuple(T) == CENTRED_TERMS
+        assert rel(sum(T.values()), dec.logits) < 1e-12
+    dec = decompose(pr, train, test, "oracle", "oracle")
+    T = centred_step3(pr, dec, test, "oracle")
+    f = torch.bincount(train.informative, minlength=12).double() / train.N
+    A = pr.U @ (pr.U_perm - pr.u_bar).T                                  # (k, i): a_ki
+    nu = (f - 1 / 12) @ pr.U_perm
+    s, ex = pr.z_trig, pr.E[test.informative]
+    mb = (pr.U @ nu)[None, :] * (s @ s + ex @ s)[:, None]
+    tk = ((A * f) @ (pr.E[:12] @ s))[None, :].expand(40, 12)
+    assert rel(T["mean_bias"], mb) < 1e-10 and rel(T["trigger_key"], tk) < 1e-10
+    assert float(T["leakage"].abs().max()) == 0.0 and float(T["misread"].abs().max()) == 0.0
+
+
+def test_centred_step3_rejects_a_foreign_test_batch():
+    from lib.decompose import centred_step3
+    cfg = lib.TaskConfig(V=6, d=4, L=3, dtype="float64", device="cpu")
+    pr = lib.make_problem(cfg, 0)
+    train, test = lib.sample_batch(pr, 50, 0), lib.sample_batch(pr, 10, 0, split="test")
+    dec = decompose(pr, train, test, "oracle", "oracle")
+    with pytest.raises(ValueError, match="test"):
+        centred_step3(pr, dec, lib.sample_batch(pr, 11, 1, split="test"), "oracle")
+    with pytest.raises(ValueError, match="dec"):
+        centred_step3(pr, "not a decomposition", test, "oracle")
+
+
 def test_pooled_terms_collects_every_seed():
     from lib.decompose import pooled_terms
     cfg = small_cfg(V=9, d=6, L=4)
