@@ -1,0 +1,92 @@
+"""Chapter 4's predictions in lib.theory against simulation at one configuration each."""
+import math
+
+import pytest
+import torch
+
+import lib
+from lib import theory
+from lib.decompose import decompose
+
+
+def pooled_moments(V, d, L, N, seeds, n_test=400):
+    """Measured mean and sd (units 1/(V L^2)) of each step-1 term, pooled over problems."""
+    at, off = {}, {}
+    for s in range(seeds):
+        cfg = lib.TaskConfig(V=V, d=d, L=L, dtype="float64", device="cpu")
+        p = lib.make_problem(cfg, s)
+        dec = decompose(p, lib.sample_batch(p, N, s), lib.sample_batch(p, n_test, s, "test"))
+        g = dec.grouped("step1")
+        g["trigger+ubar"] = g["trigger"] + g["ubar"]
+        keep = torch.ones(n_test, V, dtype=torch.bool)
+        keep[torch.arange(n_test), dec.labels] = False
+        for name, t in g.items():
+            at.setdefault(name, []).append(t.gather(1, dec.labels[:, None])[:, 0])
+            off.setdefault(name, []).append(t[keep])
+    unit = theory.step1_signal_unit(V, L)
+    cat = lambda x: torch.cat(x) / unit          # noqa: E731
+    return {k: (cat(at[k]), cat(off[k])) for k in at}
+
+
+def test_step1_term_moments_match_simulation():
+    V, d, L, N = 64, 32, 4, 4096
+    pred = theory.step1_term_moments(N, d, L, V)
+    meas = pooled_moments(V, d, L, N, seeds=16)
+    assert set(pred) == set(meas)
+    for name, (a, o) in meas.items():
+        P = pred[name]
+        if P["var_at"] > 0:
+            assert 0.8 < float(a.std()) / P["var_at"] ** 0.5 < 1.25, name
+            assert abs(float(a.mean()) - P["mean_at"]) < 0.25 + 0.15 * P["var_at"] ** 0.5, name
+        if P["var_off"] > 0:
+            assert 0.8 < float(o.std()) / P["var_off"] ** 0.5 < 1.25, name
+        else:
+            assert float(o.abs().max()) == 0.0
+
+
+def test_step1_term_moments_validate_and_scale():
+    with pytest.raises(ValueError, match="d"):
+        theory.step1_term_moments(100, 0, 4, 16)
+    a, b = theory.step1_term_moments(10 ** 9, 64, 8, 256), theory.step1_term_moments(10 ** 9, 256, 8, 256)
+    # cross-talk variance falls about like 1/d^2 when d < V, the signal's like 1/d (N -> infinity)
+    assert 8 < a["crosstalk"]["var_off"] / b["crosstalk"]["var_off"] < 16
+    assert 3.5 < a["signal"]["var_at"] / b["signal"]["var_at"] < 4.2
+
+
+def test_bag_accuracy_matches_orthogonal_step1_model():
+    cfg = lib.TaskConfig(V=64, d=130, L=4, embedding="orthogonal", dtype="float64", device="cpu")
+    p = lib.make_problem(cfg, 0)
+    dec = decompose(p, lib.sample_batch(p, 20000, 0), lib.sample_batch(p, 8000, 0, "test"))
+    acc = float((dec.logits.argmax(1) == dec.labels).double().mean())
+    assert abs(acc - theory.step1_bag_accuracy(4, 64)) < 0.02
+    with pytest.raises(ValueError, match="L"):
+        theory.step1_bag_accuracy(0, 10)
+
+
+def test_trigger_key_matches_step_two():
+    cfg = lib.TaskConfig(V=64, d=256, L=4, dtype="float64", device="cpu")
+    p = lib.make_problem(cfg, 1)
+    out = lib.three_steps(p, lib.sample_batch(p, 20000, 1), "limit")
+    z = p.z_trig
+    pred = theory.step1_trigger_key(4, 64, float(z @ z))
+    assert 0.9 < float(out.k @ z) / pred < 1.1
+
+
+def test_coverage_and_coupon_collector_match_simulation():
+    g = torch.Generator().manual_seed(0)
+    V, N, trials = 50, 80, 2000
+    x = torch.randint(V, (trials, N), generator=g)
+    seen = torch.zeros(trials, V).scatter_(1, x, 1.0).sum(1)
+    m, v = theory.coverage_mean(N, V), theory.coverage_var(N, V)
+    assert abs(float(seen.mean()) - m) < 4 * math.sqrt(v / trials)
+    assert 0.85 < float(seen.var()) / v < 1.15
+    # coupon collector: first time every token has appeared
+    x = torch.randint(V, (400, 2000), generator=g)
+    first = torch.full((400, V), 10 ** 9).scatter_reduce(1, x, torch.arange(2000).expand(400, -1),
+                                                        "amin", include_self=True)
+    T = first.max(1).values.double() + 1
+    mean, sd = theory.coupon_collector(V)
+    assert abs(float(T.mean()) - mean) < 4 * sd / math.sqrt(400)
+    assert 0.8 < float(T.std()) / sd < 1.2
+    with pytest.raises(ValueError, match="V"):
+        theory.coverage_mean(10, 0)
