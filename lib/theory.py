@@ -82,3 +82,72 @@ def fit_constant(num, den) -> float:
     if num.shape != den.shape or num.size < 1:
         raise ValueError("num and den must be arrays of the same positive length")
     return float((num * den).sum() / (den * den).sum())
+
+
+# ---- chapter 5: step 2
+# The book's own derivation (chapter 5): the attention direction k after step 2, its population
+# mean, the signal-to-noise ratio of the attention scores, and the accuracy it implies.
+
+def trigger_score_scale(V: int, L: int) -> float:
+    """kappa = (L - 1)(1 - 1/V) / (L^3 V): E[k] ~ kappa z_trig to leading order, so the trigger's
+    score bonus is mu ~ kappa |z_trig|^2 and a token's score is sigma_j ~ kappa e_j . z_trig."""
+    V, L = check_int("V", V, 2), check_int("L", L, 1)
+    return (L - 1) * (1 - 1 / V) / (L ** 3 * V)
+
+
+def _normal_cdf(x):
+    import torch
+    return torch.special.ndtr(torch.as_tensor(np.asarray(x, float))).numpy()
+
+
+_GRID = np.linspace(-12.0, 12.0, 4801)          # quadrature grid for the standard normal
+
+
+def gaussian_attention_accuracy(r: float, L: int) -> float:
+    """P(X_0 + r > max(X_1..X_{L-1})) for i.i.d. standard normal X: the attention accuracy when the
+    token scores are Gaussian and the trigger adds r standard deviations. = int phi(x) Phi(x + r)^(L-1)."""
+    L = check_int("L", L, 1)
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or math.isnan(r):
+        raise ValueError(f"r must be a real number, got {r!r}")
+    if L == 1:
+        return 1.0
+    x = _GRID
+    phi = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    return float(np.trapezoid(phi * _normal_cdf(x + r) ** (L - 1), x))
+
+
+def critical_snr(L: int, threshold: float = 0.99) -> float:
+    """The signal-to-noise ratio r*(L) at which gaussian_attention_accuracy(r, L) = threshold."""
+    L = check_int("L", L, 2)
+    if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
+        raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
+    lo, hi = -10.0, 40.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gaussian_attention_accuracy(mid, L) < threshold else (lo, mid)
+    return (lo + hi) / 2
+
+
+def population_min_d(L: int, threshold: float = 0.99) -> float:
+    """Smallest d for which attention reaches the threshold at N = infinity: r_inf = |z| sqrt(d) with
+    |z|^2 ~ 1, so d >= r*(L)^2 (chapter 5)."""
+    return critical_snr(L, threshold) ** 2
+
+
+def attention_snr(N, d: float, A: float, B: float):
+    """r(N) with r^-2 = 1/d + A/N + B/N^2: the population noise plus the finite-batch noise law of
+    chapter 5 (A, B measured there). Accepts an array of N."""
+    N = np.asarray(N, float)
+    if (N <= 0).any() or d <= 0 or A < 0 or B < 0:
+        raise ValueError("N and d must be positive and A, B non-negative")
+    return 1.0 / np.sqrt(1.0 / d + A / N + B / N ** 2)
+
+
+def critical_n_attention(d: float, L: int, A: float, B: float, threshold: float = 0.99) -> float:
+    """Smallest N with r(N) >= r*(L) under `attention_snr`; inf when d <= r*(L)^2 (never reached)."""
+    c = 1.0 / critical_snr(L, threshold) ** 2 - 1.0 / d
+    if c <= 0:
+        return math.inf
+    if B == 0:
+        return A / c
+    return (A + math.sqrt(A * A + 4 * B * c)) / (2 * c)
