@@ -19,6 +19,8 @@ score_stats           mu, the spread of sigma across tokens, and their ratio (th
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .counts import chunk_size, chunks, position_scores
@@ -108,3 +110,42 @@ def k_population(problem: Problem) -> torch.Tensor:
     ebar = E.mean(0)
     hw = (H * W).sum(1)                                              # (V,): h_i . w_i
     return (L - 1) / L ** 2 * (H.T @ hw - H.T @ (W @ ebar) - ebar * hw.sum()) / V
+
+
+def attention_accuracy_at(cfg, N: int, seed: int = 0) -> float:
+    """Exact attention accuracy after the three steps (limit mode) on N samples; problem and data from `seed`."""
+    from .embeddings import make_problem
+    from .steps import three_steps
+    from .task import sample_batch
+    problem = make_problem(cfg, seed)
+    res = three_steps(problem, sample_batch(problem, N, seed), mode="limit")
+    return attention_accuracy(problem, res.k)
+
+
+def attention_nstar(cfg, seed: int = 0, threshold: float = 0.99, n_min: int = 16, n_max: int = 2 ** 16,
+                    points_per_octave: int = 4) -> float:
+    """Critical N for attention: the smallest N on a geometric grid (n_min..n_max, `points_per_octave`
+    points per doubling) with attention_accuracy_at >= threshold, by bisection (accuracy is taken to
+    rise with N; it does up to seed noise). Returns inf when n_max does not reach the threshold."""
+    import numpy as np
+
+    from .config import check_int
+    n_min, n_max = check_int("n_min", n_min, 1), check_int("n_max", n_max, 1)
+    points_per_octave = check_int("points_per_octave", points_per_octave, 1)
+    if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
+        raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
+    if n_max < n_min:
+        raise ValueError(f"n_max must be >= n_min={n_min}, got {n_max}")
+    octaves = math.log2(n_max / n_min)
+    grid = np.unique(np.round(n_min * 2.0 ** (np.arange(int(octaves * points_per_octave) + 1) / points_per_octave)))
+    grid = [int(n) for n in grid] + ([n_max] if grid[-1] < n_max else [])
+    ok = lambda i: attention_accuracy_at(cfg, grid[i], seed) >= threshold   # noqa: E731
+    if not ok(len(grid) - 1):
+        return math.inf
+    if ok(0):
+        return float(grid[0])
+    lo, hi = 0, len(grid) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return float(grid[hi])

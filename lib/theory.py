@@ -134,20 +134,42 @@ def population_min_d(L: int, threshold: float = 0.99) -> float:
     return critical_snr(L, threshold) ** 2
 
 
-def attention_snr(N, d: float, A: float, B: float):
-    """r(N) with r^-2 = 1/d + A/N + B/N^2: the population noise plus the finite-batch noise law of
-    chapter 5 (A, B measured there). Accepts an array of N."""
+def trigger_self_bias(V: int, d: int, L: int) -> float:
+    """beta = V (1 + (L - 1)/d): the trigger's bonus on N samples is mu(N) ~ kappa |z|^2 (1 + beta/N).
+    Each sample's own trigger token has |e + z|^2 ~ 2 and meets z again in its own noise tokens."""
+    V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 1)
+    return V * (1 + (L - 1) / d)
+
+
+def popularity_variance(V: int, d: int) -> float:
+    """Variance over tokens j of e_j . S ebar (S = E^T E / V, ebar = mean e): rho (rho+1)(rho+4) / V^4,
+    rho = V/d, to leading order (fourth Marchenko-Pastur moment)."""
+    V, d = check_int("V", V, 2), check_int("d", d, 1)
+    rho = V / d
+    return rho * (rho + 1) * (rho + 4) / V ** 4
+
+
+def imbalance_noise(V: int, d: int, L: int) -> float:
+    """B: the finite-batch label imbalance adds ((L-1)/L)^3 |abar_N|^2 S ebar to k, with E|abar_N|^2
+    = (1 - 1/V)/N, so the token scores gain a spread s_N with s_N^2 / kappa^2 = B / N^2,
+    B = (L - 1)^4 V^2 popularity_variance(V, d)."""
+    L = check_int("L", L, 1)
+    return (L - 1) ** 4 * V ** 2 * popularity_variance(V, d)
+
+
+def attention_snr(N, V: int, d: int, L: int):
+    """Signal-to-noise ratio of the attention scores after step 2 on N samples (the book's derivation):
+    r(N) = (1 + beta/N) / sqrt(1/d + B/N^2) (|z|^2 = 1). Accepts an array of N."""
     N = np.asarray(N, float)
-    if (N <= 0).any() or d <= 0 or A < 0 or B < 0:
-        raise ValueError("N and d must be positive and A, B non-negative")
-    return 1.0 / np.sqrt(1.0 / d + A / N + B / N ** 2)
+    if (N <= 0).any():
+        raise ValueError("N must be positive")
+    beta, B = trigger_self_bias(V, d, L), imbalance_noise(V, d, L)
+    return (1 + beta / N) / np.sqrt(1.0 / d + B / N ** 2)
 
 
-def critical_n_attention(d: float, L: int, A: float, B: float, threshold: float = 0.99) -> float:
-    """Smallest N with r(N) >= r*(L) under `attention_snr`; inf when d <= r*(L)^2 (never reached)."""
-    c = 1.0 / critical_snr(L, threshold) ** 2 - 1.0 / d
-    if c <= 0:
-        return math.inf
-    if B == 0:
-        return A / c
-    return (A + math.sqrt(A * A + 4 * B * c)) / (2 * c)
+def predicted_attention_nstar(V: int, d: int, L: int, threshold: float = 0.99,
+                              n_min: float = 16, n_max: float = 2 ** 20) -> float:
+    """Smallest N in [n_min, n_max] (fine geometric grid) with attention_snr(N) >= r*(L); inf if none."""
+    grid = np.geomspace(n_min, n_max, 2000)
+    ok = attention_snr(grid, V, d, L) >= critical_snr(L, threshold)
+    return float(grid[np.argmax(ok)]) if ok.any() else math.inf
