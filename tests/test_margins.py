@@ -74,11 +74,50 @@ def test_gaussian_attention_accuracy_against_sampling():
     assert abs(theory.gaussian_attention_accuracy(rs, 16) - 0.99) < 1e-6
 
 
-def test_critical_n_attention_solves_the_snr_equation():
-    d, L, A, B = 64.0, 32, 3.0, 1e4
-    N = theory.critical_n_attention(d, L, A, B)
-    assert abs(float(theory.attention_snr(N, d, A, B)) - theory.critical_snr(L)) < 1e-6
-    assert theory.critical_n_attention(4.0, L, A, B) == math.inf
+def test_self_bias_of_the_trigger_bonus_matches_simulation():
+    V, d, L, N = 128, 64, 32, 256
+    excess = []
+    for seed in range(8):
+        problem = lib.make_problem(small_cfg(V=V, d=d, L=L), seed)
+        k = lib.three_steps(problem, lib.sample_batch(problem, N, seed), "limit").k
+        excess.append(float(problem.z_trig @ k) / float(problem.z_trig @ margins.k_population(problem)) - 1)
+    assert abs(np.mean(excess) / (theory.trigger_self_bias(V, d, L) / N) - 1) < 0.3
+
+
+def test_popularity_variance_matches_random_embeddings():
+    g = torch.Generator().manual_seed(0)
+    for V, d in [(128, 32), (64, 64)]:
+        v = []
+        for _ in range(200):
+            E = torch.randn(V, d, generator=g, dtype=torch.float64) / d ** 0.5
+            v.append(float((E @ (E.T @ E / V @ E.mean(0))).var(correction=0)))
+        assert abs(np.mean(v) / theory.popularity_variance(V, d) - 1) < 0.06
+
+
+def test_label_imbalance_has_the_derived_mean_square():
+    """E |abar_N|^2 = (1/N) mean_i |a_i|^2 for abar_N = (1/N) sum_n a_{x*_n}: the size of the imbalance term."""
+    V, N = 64, 500
+    problem = lib.make_problem(small_cfg(V=V, d=16, L=4), 0)
+    a = problem.U_perm - problem.u_bar
+    vals = []
+    for seed in range(400):
+        batch = lib.sample_batch(problem, N, seed)
+        abar = torch.bincount(batch.informative, minlength=V).double() @ a / N
+        vals.append(N * float(abar @ abar))
+    expected = float(a.pow(2).sum(1).mean())
+    assert abs(np.mean(vals) / expected - 1) < 4 * np.std(vals) / np.sqrt(len(vals)) / expected
+
+
+def test_predicted_attention_nstar_solves_the_snr_condition_and_matches_measurement():
+    V, d, L = 128, 64, 64
+    n = theory.predicted_attention_nstar(V, d, L)
+    r_star = theory.critical_snr(L)
+    assert float(theory.attention_snr(n, V, d, L)) >= r_star > float(theory.attention_snr(n * 0.99, V, d, L))
+    assert theory.predicted_attention_nstar(V, 16, L) == math.inf            # below the wall d = r*^2
+    cfg = lib.TaskConfig(V=V, d=d, L=L, device="cpu")
+    measured = [margins.attention_nstar(cfg, s, n_max=2 ** 14, points_per_octave=2) for s in range(4)]
+    gm = math.exp(np.mean(np.log(measured)))
+    assert 1 / 3 < gm / n < 3, (measured, n)
 
 
 def test_arguments_are_validated():
@@ -93,3 +132,7 @@ def test_arguments_are_validated():
         theory.critical_snr(8, 1.5)
     with pytest.raises(ValueError, match="L must"):
         theory.trigger_score_scale(8, 0)
+    with pytest.raises(ValueError, match="N must"):
+        theory.attention_snr(0, 8, 4, 4)
+    with pytest.raises(ValueError, match="n_max"):
+        margins.attention_nstar(lib.TaskConfig(V=8, d=4, L=4, device="cpu"), n_min=64, n_max=32)
