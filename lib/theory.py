@@ -285,3 +285,93 @@ def coupon_collector(V: int) -> tuple[float, float]:
     H = sum(1.0 / i for i in range(1, V + 1))
     H2 = sum(1.0 / (i * i) for i in range(1, V + 1))
     return V * H, math.sqrt(max(V * V * H2 - V * H, 0.0))
+
+# ---- chapter 5: step 2
+# The book's own derivation (chapter 5): the attention direction k after step 2, its population
+# mean, the signal-to-noise ratio of the attention scores, and the accuracy it implies.
+
+def trigger_score_scale(V: int, L: int) -> float:
+    """kappa = (L - 1)(1 - 1/V) / (L^3 V): E[k] ~ kappa z_trig to leading order, so the trigger's
+    score bonus is mu ~ kappa |z_trig|^2 and a token's score is sigma_j ~ kappa e_j . z_trig."""
+    V, L = check_int("V", V, 2), check_int("L", L, 1)
+    return (L - 1) * (1 - 1 / V) / (L ** 3 * V)
+
+
+def _normal_cdf(x):
+    import torch
+    return torch.special.ndtr(torch.as_tensor(np.asarray(x, float))).numpy()
+
+
+_GRID = np.linspace(-12.0, 12.0, 4801)          # quadrature grid for the standard normal
+
+
+def gaussian_attention_accuracy(r: float, L: int) -> float:
+    """P(X_0 + r > max(X_1..X_{L-1})) for i.i.d. standard normal X: the attention accuracy when the
+    token scores are Gaussian and the trigger adds r standard deviations. = int phi(x) Phi(x + r)^(L-1)."""
+    L = check_int("L", L, 1)
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or math.isnan(r):
+        raise ValueError(f"r must be a real number, got {r!r}")
+    if L == 1:
+        return 1.0
+    x = _GRID
+    phi = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    return float(np.trapezoid(phi * _normal_cdf(x + r) ** (L - 1), x))
+
+
+def critical_snr(L: int, threshold: float = 0.99) -> float:
+    """The signal-to-noise ratio r*(L) at which gaussian_attention_accuracy(r, L) = threshold."""
+    L = check_int("L", L, 2)
+    if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
+        raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
+    lo, hi = -10.0, 40.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gaussian_attention_accuracy(mid, L) < threshold else (lo, mid)
+    return (lo + hi) / 2
+
+
+def population_min_d(L: int, threshold: float = 0.99) -> float:
+    """Smallest d for which attention reaches the threshold at N = infinity: r_inf = |z| sqrt(d) with
+    |z|^2 ~ 1, so d >= r*(L)^2 (chapter 5)."""
+    return critical_snr(L, threshold) ** 2
+
+
+def trigger_self_bias(V: int, d: int, L: int) -> float:
+    """beta = V (1 + (L - 1)/d): the trigger's bonus on N samples is mu(N) ~ kappa |z|^2 (1 + beta/N).
+    Each sample's own trigger token has |e + z|^2 ~ 2 and meets z again in its own noise tokens."""
+    V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 1)
+    return V * (1 + (L - 1) / d)
+
+
+def popularity_variance(V: int, d: int) -> float:
+    """Variance over tokens j of e_j . S ebar (S = E^T E / V, ebar = mean e): rho (rho+1)(rho+4) / V^4,
+    rho = V/d, to leading order (fourth Marchenko-Pastur moment)."""
+    V, d = check_int("V", V, 2), check_int("d", d, 1)
+    rho = V / d
+    return rho * (rho + 1) * (rho + 4) / V ** 4
+
+
+def imbalance_noise(V: int, d: int, L: int) -> float:
+    """B: the finite-batch label imbalance adds ((L-1)/L)^3 |abar_N|^2 S ebar to k, with E|abar_N|^2
+    = (1 - 1/V)/N, so the token scores gain a spread s_N with s_N^2 / kappa^2 = B / N^2,
+    B = (L - 1)^4 V^2 popularity_variance(V, d)."""
+    L = check_int("L", L, 1)
+    return (L - 1) ** 4 * V ** 2 * popularity_variance(V, d)
+
+
+def attention_snr(N, V: int, d: int, L: int):
+    """Signal-to-noise ratio of the attention scores after step 2 on N samples (the book's derivation):
+    r(N) = (1 + beta/N) / sqrt(1/d + B/N^2) (|z|^2 = 1). Accepts an array of N."""
+    N = np.asarray(N, float)
+    if (N <= 0).any():
+        raise ValueError("N must be positive")
+    beta, B = trigger_self_bias(V, d, L), imbalance_noise(V, d, L)
+    return (1 + beta / N) / np.sqrt(1.0 / d + B / N ** 2)
+
+
+def predicted_attention_nstar(V: int, d: int, L: int, threshold: float = 0.99,
+                              n_min: float = 16, n_max: float = 2 ** 20) -> float:
+    """Smallest N in [n_min, n_max] (fine geometric grid) with attention_snr(N) >= r*(L); inf if none."""
+    grid = np.geomspace(n_min, n_max, 2000)
+    ok = attention_snr(grid, V, d, L) >= critical_snr(L, threshold)
+    return float(grid[np.argmax(ok)]) if ok.any() else math.inf

@@ -1,0 +1,151 @@
+"""Step 2 diagnostics: where the attention direction k points, and whether it finds the trigger (chapter 5).
+
+After step 2 the attention logits are s_t = |q|^2 (h_t . k) x (step sizes), so in limit mode (hard
+attention) only the direction k matters. With h_t = e_{x_t} + 1[t = l] z_trig the score of position t
+is a table lookup:
+
+    informative position:  mu + sigma_{x_l},   mu = z_trig . k   (the trigger's bonus)
+    any other position:    sigma_{x_t},        sigma_j = e_j . k  (the token's score)
+
+so attention lands on the informative token iff mu + sigma_{x_l} > max_{t != l} sigma_{x_t}.
+
+score_table           (mu, sigma) for a direction k
+attention_accuracy    the exact expected attention accuracy over fresh samples, from the table alone:
+                      (1/V) sum_i F(mu + sigma_i)^(L-1), F the CDF of sigma over uniform tokens
+margins               per-sample margin mu + sigma_{x_l} - max_{t != l} sigma_{x_t} on a batch
+k_population          E[k] in the limit N -> infinity (the book's derivation, chapter 5), exactly
+score_stats           mu, the spread of sigma across tokens, and their ratio (the signal-to-noise ratio)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .counts import chunk_size, chunks, position_scores
+from .embeddings import Problem
+from .task import Batch, check_batch
+
+
+def _check(problem: Problem, k: torch.Tensor) -> torch.Tensor:
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
+    if not isinstance(k, torch.Tensor) or k.shape != (problem.cfg.d,):
+        raise ValueError(f"k must be a tensor of shape (d={problem.cfg.d},), got "
+                         f"{tuple(k.shape) if isinstance(k, torch.Tensor) else type(k).__name__}")
+    if not bool(torch.isfinite(k).all()):
+        raise ValueError("k must be finite (got NaN or inf entries)")
+    return k.to(device=problem.E.device, dtype=problem.E.dtype)
+
+
+def score_table(problem: Problem, k: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """(mu, sigma): the trigger's bonus z_trig . k and the token scores sigma_j = e_j . k (V_in,)."""
+    k = _check(problem, k)
+    return float(problem.z_trig @ k), problem.E @ k
+
+
+def attention_accuracy(problem: Problem, k: torch.Tensor) -> float:
+    """Exact probability, over a fresh sample, that argmax_t h_t . k is the informative position.
+
+    The informative token i is uniform over the V content tokens, the L - 1 others are i.i.d. uniform
+    over the noise vocabulary (the content tokens unless `noise_vocab`), so
+        P = (1/V) sum_i F(mu + sigma_i)^(L-1) [x 1(mu + sigma_i > z_EOS . k) with an EOS key],
+    with F(x) = P(sigma_x < x). Ties (probability zero for continuous embeddings) count as failures.
+    """
+    mu, sigma = score_table(problem, k)
+    cfg = problem.cfg
+    signal = mu + sigma[: cfg.V]                                    # (V,) scores of the informative token
+    noise = torch.sort(sigma[cfg.V:] if cfg.noise_vocab else sigma[: cfg.V]).values
+    F = torch.searchsorted(noise, signal, side="left").to(torch.float64) / noise.numel()
+    p = F ** (cfg.L - 1)
+    if cfg.eos_key:
+        p = p * (signal > float(problem.z_eos @ k.to(problem.E.dtype))).to(torch.float64)
+    return float(p.mean())
+
+
+def margins(problem: Problem, batch: Batch, k: torch.Tensor) -> torch.Tensor:
+    """(N,) margin of each sample: score of the informative position minus the best other score.
+
+    Positive iff hard attention along k lands on the informative token (the EOS key, if any, counts
+    as another position). For L = 1 (no other position) the margin is +inf."""
+    k = _check(problem, k)
+    check_batch(problem, batch)
+    out = []
+    for b in chunks(batch, chunk_size(problem)):
+        s = position_scores(problem, b, k)                           # (B, K)
+        own = s.gather(1, b.pos[:, None])[:, 0]
+        others = s.scatter(1, b.pos[:, None], float("-inf"))
+        out.append(own - others.max(1).values)
+    return torch.cat(out)
+
+
+def score_stats(problem: Problem, k: torch.Tensor) -> dict:
+    """mu = z_trig . k, s = standard deviation of sigma_j = e_j . k over the V content tokens, r = mu / s."""
+    mu, sigma = score_table(problem, k)
+    s = float(sigma[: problem.cfg.V].std(correction=0))
+    return {"mu": mu, "s": s, "r": mu / s if s > 0 else float("inf")}
+
+
+def k_population(problem: Problem) -> torch.Tensor:
+    """E[k] as N -> infinity for the attention-only model, limit mode (the book's derivation, chapter 5).
+
+    With a_i = u_{Pi* i} - u_bar and h_i = e_i + z_trig, the batch average G1 tends to
+    G1_inf = (1/(L V)) sum_i a_i h_i^T and k = (1/N) sum_n C_n G1^T a_{x*_n} (C_n the within-sequence
+    covariance) to (1/V) sum_i E[C | i] w_i with w_i = G1_inf^T a_i and
+      E[C | i] = (L-1)/L^2 [h_i h_i^T - h_i ebar^T - ebar h_i^T - (L-2) ebar ebar^T] + (L-1)^2/L^2 S,
+    S = (1/V) sum_j e_j e_j^T, ebar = (1/V) sum_j e_j. Since sum_i a_i = 0, sum_i w_i = 0 and the S and
+    ebar ebar^T parts drop out. Defaults only: shared vocabulary, trigger in the value path, no EOS key.
+    """
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
+    cfg = problem.cfg
+    if cfg.model != "attn" or cfg.noise_vocab or not cfg.trigger_in_value or cfg.eos_key:
+        raise ValueError("k_population needs model='attn', no noise_vocab, trigger_in_value=True, eos_key=False")
+    V, L = cfg.V, cfg.L
+    E, z = problem.E, problem.z_trig
+    a = problem.U_perm - problem.u_bar                               # (V, d)
+    H = E + z                                                        # (V, d): h_i
+    W = a @ (a.T @ H / (L * V))                                      # (V, d): rows w_i
+    ebar = E.mean(0)
+    hw = (H * W).sum(1)                                              # (V,): h_i . w_i
+    return (L - 1) / L ** 2 * (H.T @ hw - H.T @ (W @ ebar) - ebar * hw.sum()) / V
+
+
+def attention_accuracy_at(cfg, N: int, seed: int = 0) -> float:
+    """Exact attention accuracy after the three steps (limit mode) on N samples; problem and data from `seed`."""
+    from .embeddings import make_problem
+    from .steps import three_steps
+    from .task import sample_batch
+    problem = make_problem(cfg, seed)
+    res = three_steps(problem, sample_batch(problem, N, seed), mode="limit")
+    return attention_accuracy(problem, res.k)
+
+
+def attention_nstar(cfg, seed: int = 0, threshold: float = 0.99, n_min: int = 16, n_max: int = 2 ** 16,
+                    points_per_octave: int = 4) -> float:
+    """Critical N for attention: the smallest N on a geometric grid (n_min..n_max, `points_per_octave`
+    points per doubling) with attention_accuracy_at >= threshold, by bisection (accuracy is taken to
+    rise with N; it does up to seed noise). Returns inf when n_max does not reach the threshold."""
+    import numpy as np
+
+    from .config import check_int
+    n_min, n_max = check_int("n_min", n_min, 1), check_int("n_max", n_max, 1)
+    points_per_octave = check_int("points_per_octave", points_per_octave, 1)
+    if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
+        raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
+    if n_max < n_min:
+        raise ValueError(f"n_max must be >= n_min={n_min}, got {n_max}")
+    octaves = math.log2(n_max / n_min)
+    grid = np.unique(np.round(n_min * 2.0 ** (np.arange(int(octaves * points_per_octave) + 1) / points_per_octave)))
+    grid = [int(n) for n in grid] + ([n_max] if grid[-1] < n_max else [])
+    ok = lambda i: attention_accuracy_at(cfg, grid[i], seed) >= threshold   # noqa: E731
+    if not ok(len(grid) - 1):
+        return math.inf
+    if ok(0):
+        return float(grid[0])
+    lo, hi = 0, len(grid) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return float(grid[hi])

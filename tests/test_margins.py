@@ -1,0 +1,138 @@
+"""Step-2 diagnostics (lib.margins) and the chapter 5 predictions (lib.theory), each against simulation."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import lib
+from lib import margins, theory
+from conftest import small_cfg
+
+
+def trained_k(V=64, d=16, L=16, N=4096, seed=0):
+    problem = lib.make_problem(small_cfg(V=V, d=d, L=L), seed)
+    res = lib.three_steps(problem, lib.sample_batch(problem, N, seed), "limit")
+    return problem, res
+
+
+def test_exact_attention_accuracy_matches_monte_carlo_evaluation():
+    problem, res = trained_k()
+    exact = margins.attention_accuracy(problem, res.k)
+    n = 2 ** 16
+    mc = lib.evaluate(problem, res.params, n_test=n).att_acc
+    assert 0.05 < exact < 0.999                      # a configuration where attention sometimes fails
+    assert abs(exact - mc) < 4 * math.sqrt(exact * (1 - exact) / n)
+
+
+@pytest.mark.parametrize("kw", [dict(noise_vocab=9), dict(eos_key=True)])
+def test_exact_attention_accuracy_with_noise_vocabulary_or_eos_key(kw):
+    problem = lib.make_problem(small_cfg(V=40, d=8, L=6, **kw), 1)
+    res = lib.three_steps(problem, lib.sample_batch(problem, 2000, 1), "limit")
+    exact = margins.attention_accuracy(problem, res.k)
+    n = 2 ** 16
+    mc = lib.evaluate(problem, res.params, n_test=n).att_acc
+    assert abs(exact - mc) < 4 * math.sqrt(max(exact * (1 - exact), 1e-4) / n)
+
+
+def test_margins_are_positive_exactly_where_hard_attention_is_right():
+    problem, res = trained_k(N=2048)
+    test = lib.sample_batch(problem, 4096, 5, "test")
+    m = margins.margins(problem, test, res.k)
+    s = lib.counts.position_scores(problem, test, res.k)
+    assert torch.equal(m > 0, s.argmax(1) == test.pos)
+
+
+def test_population_k_is_the_large_batch_limit():
+    problem = lib.make_problem(small_cfg(V=64, d=32, L=8), 0)
+    k_inf = margins.k_population(problem)
+    errs = []
+    for N in (2 ** 12, 2 ** 16):
+        k = lib.three_steps(problem, lib.sample_batch(problem, N, 0), "limit").k
+        errs.append(float((k - k_inf).norm() / k_inf.norm()))
+    assert errs[1] < 0.05 and errs[1] < errs[0] / 2.5       # error shrinks about like 1/sqrt(N)
+
+
+def test_trigger_bonus_matches_kappa_on_average_over_seeds():
+    ratios = []
+    for seed in range(12):
+        problem = lib.make_problem(small_cfg(V=128, d=64, L=16), seed)
+        st = margins.score_stats(problem, margins.k_population(problem))
+        ratios.append(st["mu"] / (theory.trigger_score_scale(128, 16) * float(problem.z_trig @ problem.z_trig)))
+    ratios = np.array(ratios)
+    assert abs(ratios.mean() - 1) < 3 * ratios.std() / math.sqrt(len(ratios)) + 0.02
+
+
+def test_gaussian_attention_accuracy_against_sampling():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(200_000, 16, generator=g, dtype=torch.float64)
+    r = 3.0
+    mc = float(((X[:, 0] + r) > X[:, 1:].max(1).values).double().mean())
+    assert abs(theory.gaussian_attention_accuracy(r, 16) - mc) < 0.003
+    assert theory.gaussian_attention_accuracy(r, 1) == 1.0
+    rs = theory.critical_snr(16)
+    assert abs(theory.gaussian_attention_accuracy(rs, 16) - 0.99) < 1e-6
+
+
+def test_self_bias_of_the_trigger_bonus_matches_simulation():
+    V, d, L, N = 128, 64, 32, 256
+    excess = []
+    for seed in range(8):
+        problem = lib.make_problem(small_cfg(V=V, d=d, L=L), seed)
+        k = lib.three_steps(problem, lib.sample_batch(problem, N, seed), "limit").k
+        excess.append(float(problem.z_trig @ k) / float(problem.z_trig @ margins.k_population(problem)) - 1)
+    assert abs(np.mean(excess) / (theory.trigger_self_bias(V, d, L) / N) - 1) < 0.3
+
+
+def test_popularity_variance_matches_random_embeddings():
+    g = torch.Generator().manual_seed(0)
+    for V, d in [(128, 32), (64, 64)]:
+        v = []
+        for _ in range(200):
+            E = torch.randn(V, d, generator=g, dtype=torch.float64) / d ** 0.5
+            v.append(float((E @ (E.T @ E / V @ E.mean(0))).var(correction=0)))
+        assert abs(np.mean(v) / theory.popularity_variance(V, d) - 1) < 0.06
+
+
+def test_label_imbalance_has_the_derived_mean_square():
+    """E |abar_N|^2 = (1/N) mean_i |a_i|^2 for abar_N = (1/N) sum_n a_{x*_n}: the size of the imbalance term."""
+    V, N = 64, 500
+    problem = lib.make_problem(small_cfg(V=V, d=16, L=4), 0)
+    a = problem.U_perm - problem.u_bar
+    vals = []
+    for seed in range(400):
+        batch = lib.sample_batch(problem, N, seed)
+        abar = torch.bincount(batch.informative, minlength=V).double() @ a / N
+        vals.append(N * float(abar @ abar))
+    expected = float(a.pow(2).sum(1).mean())
+    assert abs(np.mean(vals) / expected - 1) < 4 * np.std(vals) / np.sqrt(len(vals)) / expected
+
+
+def test_predicted_attention_nstar_solves_the_snr_condition_and_matches_measurement():
+    V, d, L = 128, 64, 64
+    n = theory.predicted_attention_nstar(V, d, L)
+    r_star = theory.critical_snr(L)
+    assert float(theory.attention_snr(n, V, d, L)) >= r_star > float(theory.attention_snr(n * 0.99, V, d, L))
+    assert theory.predicted_attention_nstar(V, 16, L) == math.inf            # below the wall d = r*^2
+    cfg = lib.TaskConfig(V=V, d=d, L=L, device="cpu")
+    measured = [margins.attention_nstar(cfg, s, n_max=2 ** 14, points_per_octave=2) for s in range(4)]
+    gm = math.exp(np.mean(np.log(measured)))
+    assert 1 / 3 < gm / n < 3, (measured, n)
+
+
+def test_arguments_are_validated():
+    problem, res = trained_k(N=100)
+    with pytest.raises(ValueError, match="k must"):
+        margins.attention_accuracy(problem, torch.zeros(3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="k must be finite"):
+        margins.score_table(problem, torch.full((16,), float("nan"), dtype=torch.float64))
+    with pytest.raises(ValueError, match="k_population"):
+        margins.k_population(lib.make_problem(small_cfg(eos_key=True), 0))
+    with pytest.raises(ValueError, match="threshold"):
+        theory.critical_snr(8, 1.5)
+    with pytest.raises(ValueError, match="L must"):
+        theory.trigger_score_scale(8, 0)
+    with pytest.raises(ValueError, match="N must"):
+        theory.attention_snr(0, 8, 4, 4)
+    with pytest.raises(ValueError, match="n_max"):
+        margins.attention_nstar(lib.TaskConfig(V=8, d=4, L=4, device="cpu"), n_min=64, n_max=32)
