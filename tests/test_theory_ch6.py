@@ -1,0 +1,95 @@
+"""Chapter 6 predictions in lib.theory against simulation at one configuration each: the variances of
+the centred step-3 logit terms, the predicted recall accuracy, the orthogonal-embedding rule, and the
+argument checks."""
+import math
+
+import pytest
+import torch
+
+import lib
+from lib.decompose import centred_step3, decompose
+from lib.theory import (orthogonal_recall, refined_memory_accuracy, refined_memory_moments,
+                        refined_memory_nstar)
+
+
+def _terms(V, d, N, seed, tiv=True):
+    cfg = lib.TaskConfig(V=V, d=d, L=4, trigger_in_value=tiv, dtype="float64", device="cpu")
+    pr = lib.make_problem(cfg, seed)
+    train, test = lib.sample_batch(pr, N, seed), lib.sample_batch(pr, 2048, seed, split="test")
+    T = centred_step3(pr, decompose(pr, train, test, "oracle", "oracle"), test, "oracle")
+    keep = torch.ones(test.N, V, dtype=torch.bool)
+    keep[torch.arange(test.N), test.labels] = False
+    at = {k: t.gather(1, test.labels[:, None])[:, 0] for k, t in T.items()}
+    return pr, T, keep, at
+
+
+def test_term_variances_match_the_predicted_moments_over_seeds():
+    V, d, N = 128, 64, 2048
+    ratios = {k: [] for k in ("crosstalk", "crosstalk_y", "trigger_key", "mean_bias", "finite_sample")}
+    for seed in range(12):
+        pr, T, keep, at = _terms(V, d, N, seed)
+        m = refined_memory_moments(V, d, N, float(pr.z_trig @ pr.z_trig))
+        ratios["crosstalk"].append(float(T["crosstalk"][keep].var()) / m["crosstalk"])
+        ratios["crosstalk_y"].append(float(at["crosstalk"].var()) / m["crosstalk_y"])
+        ratios["trigger_key"].append(float(T["trigger_key"][keep].var()) / m["trigger_key"])
+        ratios["mean_bias"].append(float(T["mean_bias"][keep].var()) / m["mean_bias"])
+        ratios["finite_sample"].append(float(at["finite_sample"].var()) / m["finite_sample"])
+        assert abs(float(at["signal"].mean()) * V - 1) < 0.1
+    for name, r in ratios.items():
+        mean = sum(r) / len(r)
+        # shared terms (one value per label and problem) fluctuate ~30 % from seed to seed
+        lo, hi = (0.7, 1.4) if name in ("trigger_key", "mean_bias") else (0.8, 1.25)
+        assert lo < mean < hi, (name, r)
+
+
+def test_predicted_accuracy_matches_simulated_oracle_accuracy():
+    V, d = 128, 96
+    for tiv in (True, False):
+        acc = []
+        for seed in range(4):
+            cfg = lib.TaskConfig(V=V, d=d, L=4, trigger_in_value=tiv, device="cpu")
+            pr = lib.make_problem(cfg, seed)
+            res = lib.three_steps(pr, lib.sample_batch(pr, 2 ** 14, seed), "limit")
+            acc.append(lib.evaluate(pr, res.params, 4096, seed).oracle_acc)
+        pred = refined_memory_accuracy(V, d, 2 ** 14, 1.0 if tiv else 0.0)
+        assert abs(sum(acc) / len(acc) - pred) < 0.06, (tiv, acc, pred)
+
+
+def test_plateau_nstar_and_monotonicity():
+    assert refined_memory_accuracy(128, 64, math.inf, 1.0) < refined_memory_accuracy(128, 64, math.inf, 0.0) < 0.99
+    assert refined_memory_nstar(128, 64, 0.0) is None                     # beyond the one-step capacity
+    n = refined_memory_nstar(256, 256, 0.0)
+    assert n is not None and refined_memory_accuracy(256, 256, n, 0.0) >= 0.99
+    assert refined_memory_accuracy(256, 256, int(n * 0.9), 0.0) < 0.99
+    assert refined_memory_nstar(256, 256, 1.0) > 5 * n                     # the trigger's mean bias costs samples
+    accs = [refined_memory_accuracy(256, 128, N, 1.0) for N in (512, 4096, 32768)]
+    assert accs == sorted(accs)
+
+
+def test_orthogonal_rule_predicts_the_measured_recall_exactly():
+    V = 24
+    for tiv in (True, False):
+        cfg = lib.TaskConfig(V=V, d=2 * V + 2, L=4, embedding="orthogonal", trigger_in_value=tiv,
+                             dtype="float64", device="cpu")
+        pr = lib.make_problem(cfg, 1)
+        train = lib.sample_batch(pr, 60, 1)
+        dec = decompose(pr, train, lib.Batch(torch.arange(V)[:, None].repeat(1, 4), torch.zeros(V, dtype=torch.long),
+                                             pr.perm), "oracle", "oracle")
+        recalled = dec.logits.argmax(1) == pr.perm
+        counts = torch.bincount(train.informative, minlength=V)
+        rule = orthogonal_recall(counts, 1.0, tiv)
+        ties = (2 * counts == counts.max()) if tiv else (counts == 0)
+        assert bool((recalled == rule)[~ties].all())
+
+
+def test_arguments_are_validated():
+    with pytest.raises(ValueError, match="s2"):
+        refined_memory_moments(10, 4, 100, -1.0)
+    with pytest.raises(ValueError, match="N"):
+        refined_memory_accuracy(10, 4, 0)
+    with pytest.raises(ValueError, match="threshold"):
+        refined_memory_nstar(10, 4, threshold=1.5)
+    with pytest.raises(ValueError, match="counts"):
+        orthogonal_recall(torch.tensor([1.0]), 1.0)
+    with pytest.raises(ValueError, match="tau2"):
+        orthogonal_recall(torch.tensor([1.0, 2.0]), -1.0)
