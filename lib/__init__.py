@@ -1,21 +1,29 @@
 """lib: the exact models, gradients and three-step trainer behind the book.
 
-Modules, one concept each (chapter in brackets):
-  config      TaskConfig and argument validation                      [all]
-  seed        the one seed helper                                     [all]
-  embeddings  random / orthogonal embeddings, the Problem              [2]
-  task        the token-retrieval sampler, keys and values            [1]
-  models      attention-only and attention + MLP models, activations  [3]
-  gradients   closed-form gradients (direct route)                    [3]
-  steps       the three steps, finite and limit mode                  [4-6]
-  counts      the same steps from co-occurrence counts (fast route)   [4-6]
-  evaluate    test, attention and oracle-attention accuracy           [all]
-  memory      linear associative memories                             [2]
-  construct   a transformer built by hand                             [1]
-  trainer     multi-step gradient descent / Adam                      [2, 7]
-  capacity    critical sample size N*                                 [4-7]
-  plotting    figure helpers with the book's colours                  [all]
-  cli         `python -m lib train | nstar`
+Modules, one concept each, listed bottom-up (each imports only modules above it in this list;
+chapter in brackets):
+  featuremaps  the models as registered feature maps (phi, vjp, width); activations; MLP input  [3, 8]
+  config       TaskConfig and argument validation                                              [all]
+  seed         the one seed helper: named, explicit torch.Generators                           [all]
+  embeddings   random / orthogonal embeddings, the Problem (one named stream per object)       [2]
+  task         the token-retrieval sampler (nested in N), keys and values                      [1]
+  models       Params, the direct forward pass (materialises (N, L, d)), the loss              [3]
+  tokens       the forward pass on token ids, chunked (shared by counts, evaluate, trainer)    [3-7]
+  steps        StepSizes and ThreeSteps: what the three steps are                              [4-6]
+  gradients    closed-form gradients on the direct route, and the autograd reference           [3]
+  counts       closed-form gradients on token ids; the count-table limit mode                  [4-7]
+  schedule     three_steps: the three-entry schedule on either route                           [4-6]
+  evaluate     test, attention and oracle-attention accuracy                                   [all]
+  experiment   run(cfg, N, ...): the one-call experiment over seeds                            [4-7]
+  search       the one monotone search (doubling, then bisection)                              [2, 4-7]
+  capacity     critical sample size N*, with a resumable cache                                 [4-7]
+  optim        the full-batch GD / Adam loop                                                   [2, 7]
+  memory       linear associative memories and their capacities                                [2]
+  trainer      multi-step training of the transformers (autograd, and GD on the count route)   [7]
+  construct    a transformer built by hand, Bayes accuracy                                     [1]
+  theory       closed-form predictions and fits                                                [2-3]
+  plotting     figure helpers with the book's colours                                          [all]
+  cli          `python -m lib train | nstar`
 """
 
 from .config import TaskConfig, default_device
@@ -24,15 +32,19 @@ from .embeddings import Problem, make_problem
 from .task import Batch, keys_values, sample_batch
 from .models import Params, activation, cross_entropy, features, forward, loss, zero_params
 from .gradients import Gradients, autograd_gradients, gradients
-from .steps import StepSizes, ThreeSteps, three_steps
-from .evaluate import Accuracy, evaluate, predict
-from . import capacity, construct, memory, plotting, theory, trainer  # submodules
+from .steps import StepSizes, ThreeSteps
+from .schedule import three_steps
+from .evaluate import N_TEST, Accuracy, evaluate, predict
+from .experiment import RunResult, run
+from . import (capacity, construct, counts, featuremaps, memory, plotting, search, theory, tokens,  # noqa: F401
+               trainer)
 
 __all__ = [
     "TaskConfig", "default_device", "derive_seed", "generator", "seed_everything", "Problem",
     "make_problem", "Batch", "keys_values", "sample_batch", "Params", "activation", "cross_entropy",
-    "features", "forward", "loss", "zero_params", "Gradients", "autograd_gradients", "gradients", "StepSizes", "ThreeSteps",
-    "three_steps", "Accuracy", "evaluate", "predict",
-    "capacity", "construct", "memory", "plotting", "theory", "trainer",
+    "features", "forward", "loss", "zero_params", "Gradients", "autograd_gradients", "gradients",
+    "StepSizes", "ThreeSteps", "three_steps", "N_TEST", "Accuracy", "evaluate", "predict", "RunResult", "run",
+    "capacity", "construct", "counts", "featuremaps", "memory", "plotting", "search", "theory", "tokens",
+    "trainer",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

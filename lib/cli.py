@@ -13,11 +13,10 @@ import sys
 import time
 
 from .capacity import nstar
-from .config import ACTIVATIONS, EMBEDDINGS, MODELS, TaskConfig, default_device
-from .embeddings import make_problem
-from .evaluate import evaluate
-from .steps import MODES, StepSizes, three_steps
-from .task import sample_batch
+from .config import ACTIVATIONS, EMBEDDINGS, MLP_INPUTS, MODELS, TaskConfig, default_device
+from .evaluate import N_TEST
+from .experiment import METRICS, run
+from .steps import MODES, StepSizes
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -34,6 +33,8 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--L", type=int, required=True, help="sequence length")
     p.add_argument("--m", type=int, default=None, help="MLP width (required for --model mlp)")
     p.add_argument("--activation", default="he3", help=f"MLP activation: {', '.join(ACTIVATIONS)}")
+    p.add_argument("--mlp-input", default="unit", help=f"MLP input normalisation: {', '.join(MLP_INPUTS)} "
+                   "(default unit: sigma(F o/|o|))")
     p.add_argument("--embedding", default="gaussian", help=f"one of {', '.join(EMBEDDINGS)}")
     p.add_argument("--tied", action="store_true", help="tie output to input embeddings (u = e)")
     p.add_argument("--tau", type=float, default=1.0, help="trigger scale (z_trig = tau z)")
@@ -42,9 +43,13 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eos-key", action="store_true", help="z_EOS is also a key")
     p.add_argument("--noise-vocab", type=int, default=None, help="size of a separate noise vocabulary")
     p.add_argument("--mode", default="limit", help=f"one of {', '.join(MODES)} (default limit)")
-    p.add_argument("--seeds", type=int, default=1, help="number of seeds (problems) to average over")
     p.add_argument("--seed", type=int, default=0, help="first seed")
-    p.add_argument("--n-test", type=int, default=2 ** 13, help="fresh test samples per seed")
+    p.add_argument("--n-test", type=int, default=N_TEST, help=f"fresh test samples per seed (default {N_TEST})")
+    p.add_argument("--eta", type=float, default=StepSizes.eta, help="finite mode: step 1 size")
+    p.add_argument("--gamma-w", type=float, default=None, help="finite mode: step 2 size (default: normalised)")
+    p.add_argument("--gamma-v", type=float, default=StepSizes.gamma_V, help="finite mode: step 3 size")
+    p.add_argument("--attn-scale", type=float, default=StepSizes.attn_scale,
+                   help=f"finite mode: |W1 q| when --gamma-w is not given (default {StepSizes.attn_scale:g})")
     p.add_argument("--dtype", default="float32", help="float32 or float64")
     p.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda if present)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -52,7 +57,7 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
 
 def _config(a) -> TaskConfig:
     return TaskConfig(V=a.V, d=a.d, L=a.L, model=a.model, m=a.m, activation=a.activation,
-                      embedding=a.embedding, tied=a.tied, tau=a.tau, trigger_in_value=a.trigger_in_value,
+                      mlp_input=a.mlp_input, embedding=a.embedding, tied=a.tied, tau=a.tau, trigger_in_value=a.trigger_in_value,
                       eos_key=a.eos_key, noise_vocab=a.noise_vocab, dtype=a.dtype, device=a.device)
 
 
@@ -64,11 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="run the three steps and report test / attention / oracle accuracy")
     _add_problem_args(t)
     t.add_argument("--N", type=int, required=True, help="number of training samples")
-    t.add_argument("--eta", type=float, default=StepSizes.eta, help="finite mode: step 1 size")
-    t.add_argument("--gamma-w", type=float, default=None, help="finite mode: step 2 size (default: normalised)")
-    t.add_argument("--gamma-v", type=float, default=StepSizes.gamma_V, help="finite mode: step 3 size")
+    t.add_argument("--seeds", type=int, default=1, help="number of seeds (problems) to average over (default 1)")
     n = sub.add_parser("nstar", help="critical sample size N* reaching an accuracy threshold")
     _add_problem_args(n)
+    n.add_argument("--seeds", type=int, default=3, help="number of seeds (problems) to average over (default 3)")
     n.add_argument("--threshold", type=float, default=0.99, help="target test accuracy (default 0.99)")
     n.add_argument("--n-min", type=int, default=None, help="first N tried (default V)")
     n.add_argument("--n-max", type=int, default=2 ** 20, help="give up above this N (default 2^20)")
@@ -76,17 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _train(a) -> dict:
-    cfg = _config(a)
-    steps = StepSizes(eta=a.eta, gamma_W=a.gamma_w, gamma_V=a.gamma_v)
-    if a.seeds < 1:
-        raise ValueError(f"seeds must be a positive integer, got {a.seeds}")
-    runs = []
-    for s in range(a.seed, a.seed + a.seeds):
-        problem = make_problem(cfg, s)
-        res = three_steps(problem, sample_batch(problem, a.N, s), a.mode, steps)
-        runs.append(evaluate(problem, res.params, a.n_test, s).as_dict())
-    return {k: [r[k] for r in runs] for k in ("acc", "att_acc", "oracle_acc")}
+def _step_sizes(a) -> StepSizes:
+    return StepSizes(eta=a.eta, gamma_W=a.gamma_w, gamma_V=a.gamma_v, attn_scale=a.attn_scale)
 
 
 def main(argv=None) -> int:
@@ -96,26 +91,32 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         if a.command == "train":
-            if a.N < 1:
-                raise ValueError(f"N must be a positive integer, got {a.N}")
-            per_seed = _train(a)
+            res = run(_config(a), a.N, mode=a.mode, seeds=a.seeds, seed=a.seed, n_test=a.n_test,
+                      step_sizes=_step_sizes(a))
             elapsed = time.perf_counter() - t0
+            gamma_W = res.per_seed["gamma_W"]
             if a.json:
-                print(json.dumps({**{k: statistics.fmean(v) for k, v in per_seed.items()},
-                                  "per_seed": per_seed, "seconds": elapsed}))
+                print(json.dumps({**{k: getattr(res, k) for k in METRICS},
+                                  **{f"{k}_std": getattr(res, f"{k}_std") for k in METRICS},
+                                  "gamma_W": statistics.fmean(gamma_W) if a.mode == "finite" else None,
+                                  "per_seed": {k: v if k != "gamma_W" or a.mode == "finite" else None
+                                               for k, v in res.per_seed.items()},
+                                  "seconds": elapsed}))
             else:
                 print(f"{a.model} V={a.V} d={a.d} L={a.L} N={a.N} mode={a.mode} seeds={a.seeds} ({elapsed:.2f} s)")
-                for k, v in per_seed.items():
-                    sd = statistics.pstdev(v) if len(v) > 1 else 0.0
-                    print(f"  {k:<11} {statistics.fmean(v):.4f} ± {sd:.4f}   per seed: "
+                for k in METRICS:
+                    v = res.per_seed[k]
+                    print(f"  {k:<11} {getattr(res, k):.4f} ± {getattr(res, k + '_std'):.4f}   per seed: "
                           + " ".join(f"{x:.4f}" for x in v))
+                if a.mode == "finite":
+                    print("  gamma_W     " + " ".join(f"{x:.4g}" for x in gamma_W))
         else:
-            res = nstar(_config(a), a.threshold, a.seeds, a.seed, a.n_min, a.n_max, a.mode, a.n_test,
-                        cache=a.cache)
+            res = nstar(_config(a), a.threshold, seeds=a.seeds, seed=a.seed, n_min=a.n_min, n_max=a.n_max,
+                        mode=a.mode, n_test=a.n_test, step_sizes=_step_sizes(a), cache=a.cache)
             elapsed = time.perf_counter() - t0
             if a.json:
                 print(json.dumps({"nstar": res.nstar, "threshold": res.threshold, "seconds": elapsed,
-                                  "points": [p.__dict__ for p in res.points]}))
+                                  "runs": res.runs, "points": [p.as_dict() for p in res.points]}))
             else:
                 for p in res.points:
                     print(f"  N={p.N:<9d} acc={p.acc:.4f} ± {p.acc_std:.4f}  att_acc={p.att_acc:.4f}  "

@@ -1,8 +1,9 @@
 """Configuration of one recall problem, validated once at construction.
 
 `TaskConfig` holds every switch of SPEC.md ("Notation and defaults", "Task sampler", "Models"):
-sizes (V, d, L, m), how embeddings are drawn, where the trigger goes, which activation the MLP
-uses, and the numeric dtype/device. Every chapter builds one of these first.
+sizes (V, d, L, m), how embeddings are drawn, where the trigger goes, which model (a registered
+feature map, `lib.featuremaps`), activation and MLP input normalisation, and the numeric
+dtype/device. Every chapter builds one of these first.
 
 The small `check_*` helpers are the one place where arguments are validated, so that every public
 function and CLI flag fails with the same kind of message: `ValueError: d must be a positive
@@ -17,9 +18,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-MODELS = ("attn", "mlp")
+from . import featuremaps
+
+MODELS = tuple(featuremaps.REGISTRY)              # registered feature maps: "attn", "mlp", ...
 EMBEDDINGS = ("gaussian", "sphere", "orthogonal")
-ACTIVATIONS = ("he2", "he3", "he4", "relu", "centred_relu")
+ACTIVATIONS = tuple(featuremaps.ACTIVATIONS)      # the one list of activation names
+MLP_INPUTS = tuple(featuremaps.MLP_INPUTS)        # "unit" (o / |o|) or "raw" (o)
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -83,6 +87,7 @@ class TaskConfig:
     model: str = "attn"                   # "attn": logits U^T W_V o;  "mlp": U^T W_V sigma(F o)/sqrt(m)
     m: int | None = None                  # MLP width (required iff model == "mlp")
     activation: str = "he3"               # MLP sigma: normalised centred Hermite He_k, relu, centred_relu
+    mlp_input: str = "unit"               # MLP reads sigma(F o/|o|) ("unit": pre-activations N(0,1)) or sigma(F o) ("raw")
     embedding: str = "gaussian"           # e, u, z drawn i.i.d. N(0, I/d) | unit sphere | orthonormal
     tied: bool = False                    # u_k = e_k (output embeddings tied to input embeddings)
     tau: float = 1.0                      # trigger scale: z_trig = tau * z
@@ -97,17 +102,18 @@ class TaskConfig:
         set_(self, "V", check_int("V", self.V, 2))
         set_(self, "d", check_int("d", self.d, 1))
         set_(self, "L", check_int("L", self.L, 1))
-        check_choice("model", self.model, MODELS)
+        check_choice("model", self.model, tuple(featuremaps.REGISTRY))
         check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("mlp_input", self.mlp_input, MLP_INPUTS)
         check_choice("embedding", self.embedding, EMBEDDINGS)
         check_bool("tied", self.tied)
         check_bool("trigger_in_value", self.trigger_in_value)
         check_bool("eos_key", self.eos_key)
         set_(self, "tau", check_float("tau", self.tau, 0.0, 1e6))
         check_choice("dtype", self.dtype, tuple(DTYPES))
-        if self.model == "mlp":
+        if featuremaps.REGISTRY[self.model].needs_m:
             if self.m is None:
-                raise ValueError("m (MLP width) is required when model='mlp'")
+                raise ValueError(f"m (MLP width) is required when model={self.model!r}")
             set_(self, "m", check_int("m", self.m, 1))
         elif self.m is not None:
             set_(self, "m", check_int("m", self.m, 1))
@@ -148,7 +154,12 @@ class TaskConfig:
     @property
     def width(self) -> int:
         """Number of columns of the value matrix W_V: d (attn) or m (mlp)."""
-        return self.d if self.model == "attn" else self.m
+        return featuremaps.REGISTRY[self.model].widths(self.d, self.m)[0]
+
+    @property
+    def n_frozen(self) -> int:
+        """Number of frozen parameters of the model (m d for the MLP's F, 0 for attn)."""
+        return featuremaps.REGISTRY[self.model].widths(self.d, self.m)[1]
 
     def with_(self, **changes) -> "TaskConfig":
         """A copy with some fields changed (validated again)."""

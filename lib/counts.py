@@ -1,26 +1,29 @@
-"""The fast route: the three steps from token/label co-occurrence counts (chapters 4-6).
+"""The fast route: gradients and the limit-mode steps from token ids and count tables (chapters 4-7).
 
-Equal to the direct route of `lib.steps` to float precision (tests/test_counts.py), but it never
-builds an (N, L, d) tensor. Write c_n for the token-count vector of sample n (L entries), x*_n for
-its informative token, K = L (+1 with an EOS key), s = [trigger in value] z_trig + [EOS key] z_EOS.
+Equal to the direct route (`lib.gradients`) to float precision (tests/test_counts.py), but it never
+builds an (N, L, d) tensor: the forward pass runs on token ids, chunk by chunk (`lib.tokens`).
 
-Step 1.  obar_n = (E^T c_n + s) / K.  For the attention-only model everything is linear in c_n, so
-         sum_n (u_{y_n} - u_bar) obar_n^T = (U_Pi - u_bar)^T (A^T E + n s^T) / K, with the V_in x V
-         table A[j, i] = sum_n 1[x*_n = i] c_{n,j} (one bincount over the N L token ids) and n_i the
-         number of samples whose informative token is i.
-Step 2.  grad_{W_KQ} = kk q^T with  N K kk = sum_n sum_t h_t (v_t . r_n) - sum_n (sum_t h_t)(obar_n . r_n)
-         for the back-propagated vector r_n (= W_V^T g_n, times J_n^T for the MLP). The first sum is
-         sum_j e_j (e_j . Q_j) plus per-sample trigger/EOS corrections, Q = sum_n c_n r_n^T; the
-         second is E^T (sum_n c_n beta_n) + ..., beta_n = obar_n . r_n: a weighted bincount.
-         In limit mode for the attention-only model r_n = w_{x*_n} depends on x*_n alone
-         (w_i = G1^T (u_{Pi i} - u_bar)), so Q = A W and beta_n = (sum_t D[x_t, x*_n] + s.w_{x*_n})/K
-         with D = E W^T: O(N L + V^2 d) in total.
-Step 3.  scores h_t^T w = (E w)[x_t] + 1[t = l] z_trig.w: a table lookup. Hard attention picks one
-         value; counting (informative, attended) pairs gives G3 = (U_Pi - u_bar)^T M3 / N.
+`gradients(problem, params, batch)`: the loss and both gradients at any (W_V, W_KQ). The attention
+gradient is k q^T (rank one) with, for r_n = J_n^T W_V^T g_n and ds_{n,t} = a_{n,t} r_n.(v_{n,t} - o_n),
 
-Where the data enter non-linearly (the softmax of the finite mode, the MLP features) the route
-keeps per-sample d-vectors, but only chunk by chunk (`chunk_size`), pooling token vectors with
-`embedding_bag` instead of materialising (N, L, d). Memory stays O(chunk (L + V + m + d) + V_in V).
+    N k = sum_n sum_t ds_{n,t} h_{n,t} = E^T (sum_n sum_t ds_{n,t} 1[x_t = j])_j + z_trig sum_n ds_{n,l}
+          (+ z_EOS sum_n ds_{n,EOS}):   one weighted bincount over the token ids.
+
+The limit mode of the attention-only model needs no per-sample d-vector at all. Write c_n for the
+token-count vector of sample n, x*_n for its informative token, K = L (+1 with an EOS key),
+s = [trigger in value] z_trig + [EOS key] z_EOS, and tiv = [trigger in value]:
+
+Step 1.  G1 = (U_Pi - u_bar)^T (A^T E + n s^T) / (N K), with the V_in x V table
+         A[j, i] = sum_n 1[x*_n = i] c_{n,j} (one bincount of pair ids) and n_i the number of samples
+         whose informative token is i.
+Step 2.  r_n = w_{x*_n} with w_i = G1^T (u_{Pi i} - u_bar): N K k = pair_term - E^T beta_counts
+         - (sum_n beta_n) (z_trig [+ z_EOS]), where pair_term = sum_j e_j (e_j . Q_j) + trigger/EOS
+         terms, Q = A W, and beta_n = obar_n . r_n = (sum_t D[x*_n, x_t] + s . w_{x*_n}) / K with the
+         table D = W E^T; beta_counts = sum_n beta_n c_n is a weighted bincount.
+Step 3.  scores h_t^T k = (E k)[x_t] + 1[t = l] z_trig . k; hard attention picks one value, and counting
+         (informative, attended) pairs gives G3 = (U_Pi - u_bar)^T M3 / N.
+O(N L + V^2 d) in total. `lib.schedule.three_steps` uses this fast path for the attention-only limit
+mode and the generic `gradients` step otherwise; tests prove the two agree.
 """
 
 from __future__ import annotations
@@ -31,264 +34,237 @@ import torch
 import torch.nn.functional as Fn
 
 from .embeddings import Problem
-from .gradients import output_error
-from .models import Params, feature_jacobian_T, features
-from .steps import StepSizes, ThreeSteps, direction, normalised_gamma_W
-from .task import Batch
-
-_CHUNK_ELEMENTS = 2 ** 22   # elements of the largest per-chunk temporary (16 MiB in float32)
+from .gradients import Gradients, output_error
+from .models import Params, check_params
+from .task import Batch, check_batch
+from .tokens import chunk_size, chunks, forward_chunk, pooled_values, position_scores, value_offset
 
 
-def chunk_size(problem: Problem, extra: int = 0) -> int:
-    """Samples per chunk so that (chunk, max(L d, V, m)) temporaries stay near 2^22 elements."""
+# ----------------------------------------------------------------------------- the generic step
+
+def weighted_token_sum(problem: Problem, tokens: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """(V_in,): sum over (n, t) of weight[n, t] 1[x_{n,t} = j], a weighted bincount (weight (B, L))."""
+    out = torch.bincount(tokens.reshape(-1), weights=weight.reshape(-1), minlength=problem.cfg.V_in)
+    return out.to(weight.dtype)
+
+
+def gradients(problem: Problem, params: Params, batch: Batch) -> Gradients:
+    """Loss and closed-form gradients of W_V and W_KQ at any params, on token ids (no (N, L, d) tensor)."""
+    check_params(problem, params)
+    check_batch(problem, batch)
+    return count_gradients(problem, params, batch)
+
+
+def count_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool = True,
+                    need_W: bool = True, uniform_error: bool = False) -> Gradients:
+    """The generic step. `need_V` / `need_W` skip a gradient that is not needed (it is returned as
+    zeros); `uniform_error=True` freezes the output error at u_bar - u_y (loss reported: log V)."""
     cfg = problem.cfg
-    widest = max(cfg.n_keys * 8, cfg.V_in, cfg.width, cfg.d, extra)
-    return max(1, _CHUNK_ELEMENTS // widest)
-
-
-def count_chunk_size(problem: Problem) -> int:
-    """Samples per chunk for passes whose temporaries are (chunk, L) token ids: about 2^22 ids."""
-    return max(1, _CHUNK_ELEMENTS // problem.cfg.n_keys)
-
-
-def chunks(batch: Batch, size: int):
-    for start in range(0, batch.N, size):
-        yield batch.slice(start, min(start + size, batch.N))
-
-
-# ----------------------------------------------------------------------------- per-sample pooling
-
-def value_offset(problem: Problem) -> torch.Tensor:
-    """s = [trigger in value] z_trig + [EOS key] z_EOS: what the uniform average adds to E^T c_n."""
-    cfg = problem.cfg
-    s = torch.zeros_like(problem.z_trig)
-    if cfg.trigger_in_value:
-        s = s + problem.z_trig
-    if cfg.eos_key:
-        s = s + problem.z_eos
-    return s
-
-
-def position_scores(problem: Problem, b: Batch, w: torch.Tensor) -> torch.Tensor:
-    """Attention scores h_t^T w of every key (B, K), from the table E w: no (B, L, d) tensor."""
-    s = torch.take(problem.E @ w, b.tokens)                            # (B, L) table lookup
-    s = s.scatter_add(1, b.pos[:, None], (problem.z_trig @ w).expand(b.N, 1).contiguous())
-    if problem.cfg.eos_key:
-        s = torch.cat([s, (problem.z_eos @ w).expand(b.N, 1)], 1)      # (B, L + 1)
-    return s
-
-
-def pooled_values(problem: Problem, b: Batch, a: torch.Tensor | None = None) -> torch.Tensor:
-    """o_n = sum_t a_{n,t} v_{n,t} (B, d) for attention weights a (B, K); None = uniform."""
-    cfg = problem.cfg
-    L = cfg.L
-    if a is None:
-        a = torch.full((b.N, cfg.n_keys), 1.0 / cfg.n_keys, dtype=problem.E.dtype, device=problem.E.device)
-    o = Fn.embedding_bag(b.tokens, problem.E, mode="sum", per_sample_weights=a[:, :L].contiguous())
-    if cfg.trigger_in_value:
-        o = o + a.gather(1, b.pos[:, None]) * problem.z_trig
-    if cfg.eos_key:
-        o = o + a[:, L:] * problem.z_eos
-    return o
-
-
-def hard_values(problem: Problem, b: Batch, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Value at argmax_t of the scores (B, d), and the argmax position (B,) (L means EOS)."""
-    cfg = problem.cfg
-    t = scores.argmax(1)
-    tok = b.tokens.gather(1, t.clamp_max(cfg.L - 1)[:, None])[:, 0]
-    o = problem.E[tok]
-    if cfg.trigger_in_value:
-        o = o + (t == b.pos)[:, None].to(o.dtype) * problem.z_trig
-    if cfg.eos_key:
-        o = torch.where((t == cfg.L)[:, None], problem.z_eos.expand_as(o), o)
-    return o, t
-
-
-def weighted_token_sum(problem: Problem, b: Batch, weight: torch.Tensor) -> torch.Tensor:
-    """sum_n weight_n c_n (V_in,): a bincount of the chunk's tokens weighted by their sample."""
-    w = weight[:, None].expand(b.tokens.shape).reshape(-1)
-    return torch.bincount(b.tokens.reshape(-1), weights=w, minlength=problem.cfg.V_in).to(weight.dtype)
-
-
-# ----------------------------------------------------------------------------- step 2 (shared)
-
-def kk_general(problem: Problem, batch: Batch, r_of_chunk, size: int) -> torch.Tensor:
-    """kk (d,) of step 2 for per-sample vectors r_n = r_of_chunk(chunk, obar) (B, d).
-
-    N K kk = sum_j e_j (e_j . Q_j) + sum_n [tv e_x*(z.r) + z(e_x*.r) + tv z(z.r) + EOS z_EOS(z_EOS.r)]
-             - E^T (sum_n c_n beta_n) - (z_trig + EOS z_EOS) sum_n beta_n,   beta_n = obar_n . r_n.
-    """
-    cfg = problem.cfg
-    E, z, ze = problem.E, problem.z_trig, problem.z_eos
-    if cfg.n_keys == 1:       # one key: attention is constant and the gradient is exactly zero
-        return torch.zeros_like(z)
-    tv = 1.0 if cfg.trigger_in_value else 0.0
-    eQ = torch.zeros(cfg.V_in, dtype=E.dtype, device=E.device)        # e_j . Q_j, Q = sum_n c_n r_n^T
-    corr = torch.zeros_like(z)                                         # (d,)
-    cb = torch.zeros(cfg.V_in, dtype=E.dtype, device=E.device)         # sum_n c_n beta_n
-    beta_sum = E.new_zeros(())
+    E, U, z, q = problem.E, problem.U, problem.z_trig, problem.z_eos
+    W_V, w = params.W_V, params.W_KQ @ q
+    # argmax attention is piecewise constant in W_KQ; with one key attention is constant: grad exactly 0
+    need_W = need_W and not params.hard and cfg.n_keys > 1
+    uniform_attention = not params.hard and not bool(w.any())
+    L, N = cfg.L, batch.N
+    grad_V = torch.zeros_like(W_V)
+    ds_tokens = torch.zeros(cfg.V_in, dtype=E.dtype, device=E.device)   # sum ds_{n,t} 1[x_t = j]
+    ds_trig = E.new_zeros(())                                            # sum_n ds_{n,l}
+    ds_eos = E.new_zeros(())                                             # sum_n ds_{n,EOS}
+    loss = E.new_zeros(()) if not uniform_error else None
+    correct = 0
+    readout = W_V.T @ U.T                                                # (width, V), formed once
+    size = chunk_size(problem)
     for b in chunks(batch, size):
-        obar = pooled_values(problem, b)                               # (B, d)
-        r = r_of_chunk(b, obar)                                        # (B, d)
-        # sum_n c_n r_n^T enters only through e_j . Q_j = sum_n c_{nj} (e_j . r_n): a GEMM and a gather
-        ej_r = torch.gather(r @ E.T, 1, b.tokens)                      # (B, L): e_{x_t} . r_n
-        eQ.index_add_(0, b.tokens.reshape(-1), ej_r.reshape(-1))
-        e_inf = E[b.informative]                                       # (B, d)
-        zr, er = r @ z, (e_inf * r).sum(1)                             # (B,)
-        corr += tv * (zr @ e_inf) + er.sum() * z + tv * zr.sum() * z
-        if cfg.eos_key:
-            corr += (r @ ze).sum() * ze
-        beta = (obar * r).sum(1)                                       # (B,)
-        cb += weighted_token_sum(problem, b, beta)
-        beta_sum = beta_sum + beta.sum()
-    shift = z + (ze if cfg.eos_key else 0.0)
-    total = E.T @ eQ + corr - E.T @ cb - beta_sum * shift
-    return total / (batch.N * cfg.n_keys)
+        if uniform_attention:
+            a = torch.full((b.N, cfg.n_keys), 1.0 / cfg.n_keys, dtype=E.dtype, device=E.device)
+            o = pooled_values(problem, b)
+            phi = problem.features.phi(o, problem.F)
+            logits = None if uniform_error else phi @ readout
+        else:
+            f = forward_chunk(problem, W_V, w, b, params.hard, readout)
+            a, o, phi, logits = f.attn, f.o, f.phi, f.logits
+        if uniform_error:
+            g = problem.u_bar - U[b.labels]                                # (B, d)
+        else:
+            loss = loss + Fn.cross_entropy(logits, b.labels, reduction="sum")
+            correct += int((logits.argmax(1) == b.labels).sum())
+            g = output_error(problem, logits, b.labels)                    # (B, d)
+        if need_V:
+            grad_V += g.T @ phi
+        if need_W:
+            r = problem.features.vjp(o, problem.F, g @ W_V)               # (B, d)
+            r_dot_v = (r @ E.T).gather(1, b.tokens)                        # (B, L): r . e_{x_t}
+            r_dot_v = r_dot_v + Fn.one_hot(b.pos, L).to(r.dtype) * (r @ z)[:, None] * float(cfg.trigger_in_value)
+            if cfg.eos_key:
+                r_dot_v = torch.cat([r_dot_v, (r @ q)[:, None]], 1)        # (B, L + 1)
+            ds = a * (r_dot_v - (r * o).sum(1, keepdim=True))               # (B, K): dL/ds, times N
+            ds_tokens += weighted_token_sum(problem, b.tokens, ds[:, :L])
+            ds_trig = ds_trig + ds[:, :L].gather(1, b.pos[:, None]).sum()
+            if cfg.eos_key:
+                ds_eos = ds_eos + ds[:, L].sum()
+    grad_V /= N
+    if need_W:
+        k = (E.T @ ds_tokens + ds_trig * z + ds_eos * q) / N
+        grad_W = torch.outer(k, q)
+    else:
+        grad_W = torch.zeros_like(params.W_KQ)
+    loss_value = math.log(cfg.V) if uniform_error else float(loss) / N
+    return Gradients(loss_value, grad_V, grad_W, None if uniform_error else correct)
 
 
 # ----------------------------------------------------------------------------- attn-only, limit mode
 
-def sorted_chunks(batch: Batch, size: int):
-    """Chunks of the batch with samples sorted by informative token: every chunk then touches only a
-    few rows of a (V, V_in) table at a time, which keeps the scatter-adds and lookups in cache."""
-    order = torch.argsort(batch.informative)
-    rows = torch.empty(min(size, batch.N), batch.tokens.shape[1], dtype=batch.tokens.dtype,
-                       device=batch.tokens.device)     # reused: each chunk is valid until the next
-    for start in range(0, batch.N, size):
-        idx = order[start:start + size]
-        tok = torch.index_select(batch.tokens, 0, idx, out=rows[: len(idx)])
-        yield Batch(tok, batch.pos[idx], batch.labels[idx])
+PASS_SAMPLES = 2 ** 14   # samples per chunk of the token passes: (chunk, L) ids stay in cache
 
 
-def _pair_ids(problem: Problem, b: Batch, buf: torch.Tensor) -> torch.Tensor:
+def count_chunk_size(problem: Problem) -> int:
+    """Samples per chunk for passes whose temporaries are (chunk, L) token ids."""
+    return PASS_SAMPLES
+
+
+def pair_ids(problem: Problem, b: Batch, buf: torch.Tensor) -> torch.Tensor:
     """(B, L) flat ids x*_n V_in + x_{n,t} into a (V, V_in) table, written into a reused buffer."""
     return torch.add(b.tokens, b.informative[:, None], alpha=problem.cfg.V_in, out=buf[: b.N])
 
 
-def _count_tables(problem: Problem, batch: Batch, size: int):
+def count_tables(problem: Problem, batch: Batch, size: int = PASS_SAMPLES):
     """A (V_in, V): A[j, i] = sum_n 1[x*_n = i] c_{n,j};  n (V,): informative-token counts.
-
-    One scatter-add of the N L pair ids into the table, chunk by chunk, in informative-token order
-    and through a reused index buffer (fresh large temporaries cost more in page faults than the adds)."""
+    One bincount of the pair ids x*_n V_in + x_{n,t}, chunk by chunk through a reused buffer."""
     cfg = problem.cfg
     dt, dev = problem.E.dtype, batch.tokens.device
-    AT = torch.zeros(cfg.V * cfg.V_in, dtype=dt, device=dev)             # (V, V_in), flattened
+    A_T = torch.zeros(cfg.V * cfg.V_in, dtype=torch.long, device=dev)  # (V, V_in), flattened
     buf = torch.empty(min(size, batch.N), cfg.L, dtype=torch.long, device=dev)
-    ones = torch.ones(1, dtype=dt, device=dev).expand(buf.numel())
-    for b in sorted_chunks(batch, size):
-        idx = _pair_ids(problem, b, buf)
-        AT.index_add_(0, idx.view(-1), ones[: idx.numel()])
+    for b in chunks(batch, size):
+        A_T += torch.bincount(pair_ids(problem, b, buf).view(-1), minlength=A_T.numel())
     n = torch.bincount(batch.informative, minlength=cfg.V).to(dt)
-    return AT.view(cfg.V, cfg.V_in).T, n
+    return A_T.view(cfg.V, cfg.V_in).T.to(dt), n
 
 
-def _limit_attn_counts(problem: Problem, batch: Batch) -> ThreeSteps:
+def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(G1, k, G3) of the limit mode for the attention-only model, from count tables only:
+    three passes over the token ids (the count table, beta_n, the hard attention)."""
     cfg = problem.cfg
-    N, K, V = batch.N, cfg.n_keys, cfg.V
-    E, z, ze = problem.E, problem.z_trig, problem.z_eos
-    tv = 1.0 if cfg.trigger_in_value else 0.0
-    size = count_chunk_size(problem)       # only (chunk, L) temporaries below: no d or V axis
-    A, n = _count_tables(problem, batch, size)
+    N, K, V, L = batch.N, cfg.n_keys, cfg.V, cfg.L
+    E, z, q = problem.E, problem.z_trig, problem.z_eos
+    dt, dev = E.dtype, E.device
+    tiv = 1.0 if cfg.trigger_in_value else 0.0
+    size = count_chunk_size(problem)
+    buf = torch.empty(min(size, N), L, dtype=torch.long, device=dev)
+
+    # step 1 (pass 1): G1 from the count table
+    A, n = count_tables(problem, batch, size)
     dU = problem.U_perm - problem.u_bar                                # (V, d): u_{Pi i} - u_bar
     s = value_offset(problem)
     G1 = dU.T @ (A.T @ E + n[:, None] * s) / (N * K)                   # (d, d)
+    if K == 1:                # one key: attention is constant, the W_KQ gradient exactly zero
+        k = torch.zeros_like(z)
+    else:
+        # step 2 (pass 2): r_n = w_{x*_n}, w_i = G1^T (u_{Pi i} - u_bar), D[i, j] = w_i . e_j
+        W = dU @ G1                                                    # (V, d): rows w_i
+        D = W @ E.T                                                    # (V, V_in)
+        E_content = E[:V]
+        z_w, e_w = W @ z, (E_content * W).sum(1)                       # (V,), (V,)
+        pair_term = (E.T @ (A * D.T).sum(1) + tiv * (E_content.T @ (n * z_w)) + (n @ e_w) * z
+                     + tiv * (n @ z_w) * z)
+        s_w = W @ s                                                    # (V,)
+        D_flat = D.reshape(-1, 1)
+        beta_counts = torch.zeros(cfg.V_in, dtype=dt, device=dev)      # sum_n beta_n c_n
+        beta_sum = E.new_zeros(())
+        for b in chunks(batch, size):
+            beta = (Fn.embedding_bag(pair_ids(problem, b, buf), D_flat, mode="sum")[:, 0]
+                    + s_w[b.informative]) / K                          # (B,): obar_n . r_n
+            beta_counts += weighted_token_sum(problem, b.tokens, beta[:, None].expand(b.tokens.shape))
+            beta_sum = beta_sum + beta.sum()
+        shift = z.clone()
+        if cfg.eos_key:
+            pair_term = pair_term + (n @ (W @ q)) * q
+            shift = shift + q
+        k = (pair_term - E.T @ beta_counts - beta_sum * shift) / (N * K)   # (d,)
 
-    # step 2: r_n = w_{x*_n}
-    Wt = dU @ G1                                                       # (V, d): rows w_i
-    DT = (Wt @ E.T).reshape(-1)                                        # (V, V_in) flat: w_i . e_j
-    Q = A @ Wt                                                         # (V_in, d)
-    Ec = E[:V]
-    zw, ew = Wt @ z, (Ec * Wt).sum(1)                                  # (V,), (V,)
-    termA = E.T @ (E * Q).sum(1) + tv * (Ec.T @ (n * zw)) + (n @ ew) * z + tv * (n @ zw) * z
-    sw = Wt @ s                                                        # (V,)
-    cb = torch.zeros(cfg.V_in, dtype=E.dtype, device=E.device)
-    beta_sum = E.new_zeros(())
-    buf = torch.empty(min(size, N), cfg.L, dtype=torch.long, device=E.device)
-    for b in sorted_chunks(batch, size):
-        xi = b.informative
-        beta = (torch.take(DT, _pair_ids(problem, b, buf)).sum(1) + sw[xi]) / K   # (B,)
-        cb += weighted_token_sum(problem, b, beta)
-        beta_sum = beta_sum + beta.sum()
-    shift = z.clone()
-    if cfg.eos_key:
-        termA = termA + (n @ (Wt @ ze)) * ze
-        shift = shift + ze
-    k = (termA - E.T @ cb - beta_sum * shift) / (N * K)                # (d,)
-    if K == 1:                # one key: attention is constant and the gradient is exactly zero
-        k = torch.zeros_like(k)
-
-    # step 3: hard attention along k, then count (informative, attended) pairs
-    Bc = torch.zeros(cfg.V_in * V, dtype=torch.long, device=E.device)  # attended a non-trigger token
-    Btrig = torch.zeros(V, dtype=torch.long, device=E.device)          # attended the trigger position
-    Beos = torch.zeros(V, dtype=torch.long, device=E.device)           # attended the EOS key
-    for b in chunks(batch, size):
-        t = position_scores(problem, b, k).argmax(1)
-        xi = b.informative
-        on_trig, on_eos = t == b.pos, t == cfg.L
-        plain = ~(on_trig | on_eos)
-        tok = b.tokens.gather(1, t.clamp_max(cfg.L - 1)[:, None])[:, 0]
-        Bc += torch.bincount(tok[plain] * V + xi[plain], minlength=Bc.numel())
-        Btrig += torch.bincount(xi[on_trig], minlength=V)
-        Beos += torch.bincount(xi[on_eos], minlength=V)
-    dt = E.dtype
-    M3 = (Bc.view(cfg.V_in, V).to(dt).T @ E + Btrig.to(dt)[:, None] * (Ec + tv * z)
-          + Beos.to(dt)[:, None] * ze)                                 # (V, d)
+    # step 3 (pass 3): hard attention along k; count (attended, informative) pairs in one bincount
+    # with ids  attended_token V + x*  (a plain position),  V_in V + x*  (the trigger),  (V_in + 1) V + x*  (EOS)
+    S = E @ k                                                          # (V_in,): scores of plain tokens
+    bonus, s_eos = z @ k, q @ k
+    ids = torch.empty(N, dtype=torch.long, device=dev)
+    for start, b in zip(range(0, N, size), chunks(batch, size)):
+        sc = torch.take(S, b.tokens)                                    # (B, L)
+        sc.scatter_add_(1, b.pos[:, None], bonus.expand(b.N, 1).contiguous())
+        if cfg.eos_key:
+            sc = torch.cat([sc, s_eos.expand(b.N, 1)], 1)
+        t = sc.argmax(1)
+        group = torch.where(t == b.pos, cfg.V_in, b.tokens.gather(1, t.clamp_max(L - 1)[:, None])[:, 0])
+        if cfg.eos_key:
+            group = torch.where(t == L, cfg.V_in + 1, group)
+        torch.add(b.informative, group, alpha=V, out=ids[start:start + b.N])
+    counts = torch.bincount(ids, minlength=(cfg.V_in + 2) * V)
+    counts = counts.view(cfg.V_in + 2, V).to(dt)
+    M3 = (counts[:cfg.V_in].T @ E + counts[cfg.V_in][:, None] * (E[:V] + tiv * z)
+          + counts[cfg.V_in + 1][:, None] * q)                          # (V, d)
     G3 = dU.T @ M3 / N
-    W1 = torch.outer(k, ze)
-    return ThreeSteps("limit", G1, W1, G3, math.inf, Params(G3, W1, hard=True), k)
+    return G1, k, G3
 
 
-# ----------------------------------------------------------------------------- general route
+# ----------------------------------------------------------------------------- attn-only, finite mode
 
-def _value_step(problem: Problem, batch: Batch, size: int, o_of_chunk, W_V: torch.Tensor | None):
-    """(1/N) sum_n g_n phi(o_n)^T with g_n = U^T(p_n - e_y) at W_V (uniform p_n when W_V is None:
-    then it returns -G = -(1/N) sum_n (u_y - u_bar) phi(o_n)^T)."""
-    acc = None
-    readout = None if W_V is None else W_V.T @ problem.U.T            # (width, V), formed once
+def finite_attn(problem: Problem, batch: Batch, eta: float, gamma_W: float | None, attn_scale: float):
+    """(G1, W1, gamma_W, G3) of the finite mode for the attention-only model, from token ids.
+
+    With V1 = eta G1 the logits read the V_in x V table T1 = E V1^T U^T (T1[j] = the logits that
+    token j adds): xi_n = sum_t a_{n,t} T1[x_t] + a_l tiv U V1 z_trig (+ a_EOS U V1 z_EOS), one
+    `embedding_bag` over the token ids, O(L V) per sample instead of O((L + V) d). In step 2
+    (uniform attention) err_n = softmax(xi_n) - e_{y_n}, r_n = V1^T U^T err_n, r_n . obar_n = err_n . xi_n
+    and r_n . e_{x_t} is a gather from r_n E^T. Step 3 needs sum_n err_n o_n^T (one GEMM)."""
+    cfg = problem.cfg
+    N, K, L, V = batch.N, cfg.n_keys, cfg.L, cfg.V
+    E, U, z, q = problem.E, problem.U, problem.z_trig, problem.z_eos
+    tiv = 1.0 if cfg.trigger_in_value else 0.0
+    A, n = count_tables(problem, batch, count_chunk_size(problem))
+    dU = problem.U_perm - problem.u_bar
+    G1 = dU.T @ (A.T @ E + n[:, None] * value_offset(problem)) / (N * K)          # step 1
+    V1 = eta * G1
+    UV1 = U @ V1                                                       # (V, d)
+    T1 = E @ UV1.T                                                     # (V_in, V): logits of token j
+    xi_z, xi_q = UV1 @ z, UV1 @ q                                      # (V,): logits of z_trig, z_EOS
+    size = max(1, (2 ** 22) // max(V, cfg.V_in, L, cfg.d))
+
+    # step 2: uniform attention, W_V = V1
+    ds_tokens = torch.zeros(cfg.V_in, dtype=E.dtype, device=E.device)
+    ds_trig, ds_eos = E.new_zeros(()), E.new_zeros(())
+    offset = tiv * xi_z + (xi_q if cfg.eos_key else 0.0)
     for b in chunks(batch, size):
-        phi = features(problem, o_of_chunk(b))                        # (B, width)
-        if W_V is None:
-            g = problem.u_bar - problem.U[b.labels]
-        else:
-            g = output_error(problem, phi @ readout, b.labels)
-        term = g.T @ phi
-        acc = term if acc is None else acc + term
-    return acc / batch.N
+        xi = (Fn.embedding_bag(b.tokens, T1, mode="sum") + offset) / K                # (B, V)
+        err = torch.softmax(xi, 1)
+        err[torch.arange(b.N, device=E.device), b.labels] -= 1.0
+        r = err @ UV1                                                   # (B, d): r_n = V1^T U^T err_n
+        dots = (r @ E.T).gather(1, b.tokens)                            # (B, L): r_n . e_{x_t}
+        beta = (err * xi).sum(1)                                        # r_n . obar_n
+        r_z = err @ xi_z                                                # r_n . z_trig
+        ds_tokens += weighted_token_sum(problem, b.tokens, dots)
+        ds_tokens += tiv * torch.bincount(b.informative, weights=r_z, minlength=cfg.V_in).to(E.dtype)
+        ds_tokens -= weighted_token_sum(problem, b.tokens, beta[:, None].expand(b.tokens.shape))
+        r_inf = (err * T1[b.informative]).sum(1)                        # r_n . e_{x*_n}
+        ds_trig = ds_trig + (r_inf + tiv * r_z - beta).sum()
+        if cfg.eos_key:
+            ds_eos = ds_eos + (err @ xi_q - beta).sum()
+    k_grad = (E.T @ ds_tokens + ds_trig * z + ds_eos * q) / (N * K) if K > 1 else torch.zeros_like(z)
+    grad_W = torch.outer(k_grad, q)
+    if gamma_W is None:
+        norm = float(k_grad.norm() * q.dot(q))
+        gamma_W = attn_scale / norm if norm > 0 else 0.0
+    W1 = -gamma_W * grad_W
 
-
-def _general(problem: Problem, batch: Batch, mode: str, s: StepSizes) -> ThreeSteps:
-    size = chunk_size(problem, extra=problem.cfg.n_keys * problem.cfg.d)
-    uniform = lambda b: pooled_values(problem, b)                     # noqa: E731
-    G1 = -_value_step(problem, batch, size, uniform, None)            # V1 = eta G1 exactly
-    if mode == "finite":
-        V1 = s.eta * G1
-        readout = V1.T @ problem.U.T                                  # (width, V)
-
-        def r_of_chunk(b, obar):  # r_n = J^T V1^T g_n at (V1, 0)
-            g = output_error(problem, features(problem, obar) @ readout, b.labels)
-            return feature_jacobian_T(problem, obar, g @ V1)
-
-        gW = torch.outer(kk_general(problem, batch, r_of_chunk, size), problem.z_eos)
-        gamma_W = s.gamma_W if s.gamma_W is not None else normalised_gamma_W(gW, problem.z_eos, s.attn_scale)
-        W1 = -gamma_W * gW
-        w = W1 @ problem.z_eos
-        soft = lambda b: pooled_values(problem, b, torch.softmax(position_scores(problem, b, w), 1))  # noqa
-        V2 = V1 - s.gamma_V * _value_step(problem, batch, size, soft, V1)
-        return ThreeSteps("finite", V1, W1, V2, gamma_W, Params(V2, W1), direction(W1, problem.z_eos))
-
-    def r_limit(b, obar):  # r_n = J^T G1^T (u_y - u_bar)
-        return feature_jacobian_T(problem, obar, (problem.U[b.labels] - problem.u_bar) @ G1)
-
-    k = kk_general(problem, batch, r_limit, size)
-    hard = lambda b: hard_values(problem, b, position_scores(problem, b, k))[0]  # noqa: E731
-    G3 = -_value_step(problem, batch, size, hard, None)
-    W1 = torch.outer(k, problem.z_eos)
-    return ThreeSteps("limit", G1, W1, G3, math.inf, Params(G3, W1, hard=True), k)
-
-
-def three_steps_counts(problem: Problem, batch: Batch, mode: str, steps: StepSizes) -> ThreeSteps:
-    """Count-table route (called by `lib.steps.three_steps(route="counts")`)."""
-    if mode == "limit" and problem.cfg.model == "attn":
-        return _limit_attn_counts(problem, batch)
-    return _general(problem, batch, mode, steps)
+    # step 3: softmax attention along W1 q, W_V = V1
+    w = W1 @ q
+    err_o = torch.zeros(V, cfg.d, dtype=E.dtype, device=E.device)      # sum_n err_n o_n^T
+    for b in chunks(batch, size):
+        a = torch.softmax(position_scores(problem, b, w), 1)            # (B, K)
+        xi = Fn.embedding_bag(b.tokens, T1, mode="sum", per_sample_weights=a[:, :L].contiguous())
+        a_l = a.gather(1, b.pos[:, None])
+        xi = xi + tiv * a_l * xi_z
+        if cfg.eos_key:
+            xi = xi + a[:, L:] * xi_q
+        err = torch.softmax(xi, 1)
+        err[torch.arange(b.N, device=E.device), b.labels] -= 1.0
+        err_o += err.T @ pooled_values(problem, b, a)
+    G3 = -(U.T @ err_o) / N
+    return G1, W1, gamma_W, G3

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .config import TaskConfig
+from .featuremaps import feature_map
 from .seed import generator
 
 
@@ -35,6 +36,14 @@ class Problem:
     F: torch.Tensor | None        # (m, d): frozen MLP first layer, or None for the attn model
 
     @property
+    def features(self):
+        """The model's feature map (`lib.featuremaps`): phi, its vjp and its width."""
+        fm = self.__dict__.get("_features")
+        if fm is None:
+            fm = self.__dict__["_features"] = feature_map(self.cfg)
+        return fm
+
+    @property
     def U_perm(self) -> torch.Tensor:
         """(V, d): row i is u_{Pi*(i)}, the output vector that token i must recall."""
         return self.U[self.perm]
@@ -47,6 +56,8 @@ class Problem:
 
 def draw_vectors(n: int, d: int, kind: str, g: torch.Generator) -> torch.Tensor:
     """(n, d) float64 random vectors of the given kind (see module docstring)."""
+    if n == 0:
+        return torch.zeros(0, d, dtype=torch.float64)
     if kind == "orthogonal":
         if n > d:
             raise ValueError(f"d must be >= {n} for {n} exactly orthogonal vectors, got {d}")
@@ -60,20 +71,34 @@ def draw_vectors(n: int, d: int, kind: str, g: torch.Generator) -> torch.Tensor:
 
 
 def make_problem(cfg: TaskConfig, seed: int = 0) -> Problem:
-    """Draw the embeddings, trigger, query, permutation and F of one problem from `seed`."""
+    """Draw the embeddings, trigger, query, permutation and F of one problem from `seed`.
+
+    Paired randomness: each object draws from its own named stream (`generator(seed, "problem",
+    name)`), so switching `tied`, `tau`, `trigger_in_value`, `eos_key`, the model or the activation
+    leaves every other object identical, and comparisons across switches are paired. Orthogonal
+    embeddings are rows of one Haar matrix (stream "orthogonal") in fixed slots: E, z, z_EOS, the
+    noise vocabulary, then U (unused when tied).
+    """
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
-    g = generator(seed, "problem")
     V, d, Vn = cfg.V, cfg.d, cfg.noise_vocab or 0
-    vecs = draw_vectors(cfg.n_vectors, d, cfg.embedding, g)       # (n_vectors, d)
-    E, rest = vecs[:V], vecs[V:]
-    if cfg.tied:
-        U = E
+
+    def stream(*tags):
+        return generator(seed, "problem", *tags)
+
+    if cfg.embedding == "orthogonal":
+        Q = draw_vectors(cfg.n_vectors, d, "orthogonal", stream("orthogonal"))
+        E, z, z_eos, E_noise = Q[:V], Q[V], Q[V + 1], Q[V + 2:V + 2 + Vn]
+        U = E if cfg.tied else Q[V + 2 + Vn:2 * V + 2 + Vn]
     else:
-        U, rest = rest[:V], rest[V:]
-    z, z_eos, E_noise = rest[0], rest[1], rest[2:2 + Vn]
-    perm = torch.randperm(V, generator=g)
-    F = torch.randn(cfg.m, d, generator=g, dtype=torch.float64) if cfg.model == "mlp" else None
+        def draw(n, name):
+            return draw_vectors(n, d, cfg.embedding, stream(name))
+        E, z, z_eos, E_noise = draw(V, "E"), draw(1, "z_trig")[0], draw(1, "z_eos")[0], draw(Vn, "E_noise")
+        U = E if cfg.tied else draw(V, "U")
+    perm = torch.randperm(V, generator=stream("perm"))
+    F = None
+    if cfg.n_frozen:
+        F = torch.randn(cfg.m, d, generator=stream("F"), dtype=torch.float64)
     to = dict(device=cfg.device, dtype=cfg.torch_dtype)
     return Problem(
         cfg=cfg,

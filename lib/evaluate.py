@@ -1,11 +1,12 @@
-"""Evaluation on fresh samples, chunked (all chapters).
+"""Evaluation on fresh samples, chunked on token ids (all chapters).
 
 Three accuracies (SPEC.md, "Success and capacity"):
   acc         argmax_k xi_k = y on fresh test samples (the model as trained);
   att_acc     the attention's argmax is the informative position: argmax_t s_t = l;
   oracle_acc  recall with oracle attention: o = v_l, the informative token's value.
-Scores come from the table E W_KQ q and values are pooled with `embedding_bag`, so the test set is
-never expanded to (N, L, d).
+The forward pass is `lib.tokens` (scores from the table E W_KQ q, values pooled with
+`embedding_bag`), so the test set is never expanded to (N, L, d). Both functions accept the
+`Params` of a model or the `ThreeSteps` result that holds them.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from .config import check_int
-from .counts import chunk_size, chunks, hard_values, pooled_values, position_scores
 from .embeddings import Problem
-from .models import Params, check_params, features
+from .models import Params, check_params
+from .steps import ThreeSteps
 from .task import Batch, check_batch, sample_batch
+from .tokens import chunk_size, chunks, forward_chunk, informative_values, logits_of
+
+N_TEST = 2 ** 13   # the one default number of fresh test samples (library, `lib.run` and the CLI)
 
 
 @dataclass
@@ -31,44 +35,38 @@ class Accuracy:
         return {"acc": self.acc, "att_acc": self.att_acc, "oracle_acc": self.oracle_acc}
 
 
-def logits_of(problem: Problem, params: Params, o: torch.Tensor) -> torch.Tensor:
-    """xi = U W_V phi(o) for pooled vectors o (B, d): (B, V)."""
-    return features(problem, o) @ params.W_V.T @ problem.U.T
-
-
-def informative_values(problem: Problem, b: Batch) -> torch.Tensor:
-    """v_l (B, d): the value vector of the informative position (oracle attention)."""
-    o = problem.E[b.informative]
-    return o + problem.z_trig if problem.cfg.trigger_in_value else o
-
-
-def predict(problem: Problem, params: Params, batch: Batch) -> torch.Tensor:
-    """Predicted labels (N,) of the model on a batch."""
+def _params(problem: Problem, params) -> Params:
+    if isinstance(params, ThreeSteps):
+        params = params.params
     check_params(problem, params)
+    return params
+
+
+def predict(problem: Problem, params: Params | ThreeSteps, batch: Batch) -> torch.Tensor:
+    """Predicted labels (N,) of the model on a batch."""
+    params = _params(problem, params)
     check_batch(problem, batch)
     w = params.W_KQ @ problem.z_eos
-    out = []
-    for b in chunks(batch, chunk_size(problem)):
-        s = position_scores(problem, b, w)
-        o = hard_values(problem, b, s)[0] if params.hard else pooled_values(problem, b, torch.softmax(s, 1))
-        out.append(logits_of(problem, params, o).argmax(1))
+    readout = params.W_V.T @ problem.U.T
+    out = [forward_chunk(problem, params.W_V, w, b, params.hard, readout).logits.argmax(1)
+           for b in chunks(batch, chunk_size(problem))]
     return torch.cat(out)
 
 
-def evaluate(problem: Problem, params: Params, n_test: int = 2 ** 14, seed: int = 0,
+def evaluate(problem: Problem, params: Params | ThreeSteps, n_test: int = N_TEST, seed: int = 0,
              batch: Batch | None = None) -> Accuracy:
     """The three accuracies on `n_test` fresh samples (split "test" of `seed`) or on `batch`."""
-    check_params(problem, params)
+    params = _params(problem, params)
     if batch is None:
         batch = sample_batch(problem, check_int("n_test", n_test, 1), seed, split="test")
     check_batch(problem, batch)
     w = params.W_KQ @ problem.z_eos
+    readout = params.W_V.T @ problem.U.T
     hits = torch.zeros(3, dtype=torch.long)
     for b in chunks(batch, chunk_size(problem)):
-        s = position_scores(problem, b, w)                                  # (B, K)
-        o = hard_values(problem, b, s)[0] if params.hard else pooled_values(problem, b, torch.softmax(s, 1))
-        hits[0] += int((logits_of(problem, params, o).argmax(1) == b.labels).sum())
-        hits[1] += int((s.argmax(1) == b.pos).sum())
-        hits[2] += int((logits_of(problem, params, informative_values(problem, b)).argmax(1) == b.labels).sum())
+        f = forward_chunk(problem, params.W_V, w, b, params.hard, readout)
+        hits[0] += int((f.logits.argmax(1) == b.labels).sum())
+        hits[1] += int((f.scores.argmax(1) == b.pos).sum())
+        hits[2] += int((logits_of(problem, params.W_V, informative_values(problem, b)).argmax(1) == b.labels).sum())
     acc, att, orc = (hits.double() / batch.N).tolist()
     return Accuracy(acc, att, orc)

@@ -14,6 +14,7 @@ autograd through `lib.models.loss`) that the tests and chapter 3 compare the clo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +28,8 @@ from .task import Batch, check_batch
 class Gradients:
     loss: float
     W_V: torch.Tensor    # (d, width)
-    W_KQ: torch.Tensor   # (d, d)
+    W_KQ: torch.Tensor   # (d, d): always k q^T
+    correct: int | None = None   # training samples predicted right at these params (count route)
 
 
 def output_error(problem: Problem, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -41,9 +43,23 @@ def gradients(problem: Problem, params: Params, batch: Batch) -> Gradients:
     """Loss and closed-form gradients of both trainable matrices (materialises (N, L, d))."""
     check_params(problem, params)
     check_batch(problem, batch)
+    return direct_gradients(problem, params, batch)
+
+
+def direct_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool = True,
+                     need_W: bool = True, uniform_error: bool = False) -> Gradients:
+    """The closed forms on materialised tensors. `uniform_error=True` freezes the output error at
+    its W_V = 0 value g_n = u_bar - u_{y_n} (the eta -> 0 linearisation of the limit mode); the
+    loss is then that of the uniform prediction, log V. (`need_V`, `need_W` are accepted for the
+    schedule's uniform interface; the reference route always computes both.)"""
     f = forward(problem, params, batch)
     N = batch.N
-    g = output_error(problem, f.logits, batch.labels)                  # (N, d)
+    if uniform_error:
+        g = problem.u_bar - problem.U[batch.labels]                    # (N, d)
+        loss = math.log(problem.cfg.V)
+    else:
+        g = output_error(problem, f.logits, batch.labels)              # (N, d)
+        loss = float(cross_entropy(f.logits, batch.labels))
     grad_V = g.T @ f.phi / N                                           # (d, width)
     if params.hard:   # argmax attention is piecewise constant in W_KQ
         grad_W = torch.zeros_like(params.W_KQ)
@@ -52,7 +68,7 @@ def gradients(problem: Problem, params: Params, batch: Batch) -> Gradients:
         ds = f.attn * torch.einsum("nd,ntd->nt", r, f.v - f.o[:, None])  # (N, n_keys): dL/ds
         k = torch.einsum("nt,ntd->d", ds, f.h) / N                     # (d,)
         grad_W = torch.outer(k, problem.z_eos)                         # (d, d) = k q^T
-    return Gradients(float(cross_entropy(f.logits, batch.labels)), grad_V, grad_W)
+    return Gradients(loss, grad_V, grad_W)
 
 
 def autograd_gradients(problem: Problem, params: Params, batch: Batch) -> Gradients:

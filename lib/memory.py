@@ -4,7 +4,7 @@ A memory stores n associations x -> Pi(x) in one d x d matrix W and recalls by
 argmax_k u_k^T W e_x. Two ways to write it:
   hebbian   W = sum_x u_{Pi x} e_x^T (one gradient step of the cross-entropy from W = 0, up to
             scale and a rank-one mean term, see chapter 2), and
-  trained   W minimising the cross-entropy over the n pairs (`lib.trainer.train_memory`).
+  trained   W minimising the cross-entropy over the n pairs (`train_memory`, the loop of `lib.optim`).
 With orthogonal embeddings (n <= d) the Hebbian memory has no cross-talk; with random embeddings
 the cross-talk sum_{x' != x} (u_k^T u_{Pi x'}) (e_{x'}^T e_x) grows like sqrt(n)/d, which is what
 limits the capacity to about d^2 / log n.
@@ -15,9 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as Fn
 
 from .config import EMBEDDINGS, DTYPES, check_choice, check_float, check_int, default_device
 from .embeddings import draw_vectors
+from .optim import History, TrainConfig, fit
+from .search import threshold_search
 from .seed import generator
 
 
@@ -74,50 +77,58 @@ def recall_accuracy(mem: Memory, W: torch.Tensor, chunk: int = 4096) -> float:
     return hits / mem.n
 
 
-def _capacity(d: int, threshold: float, seeds: int, embedding: str, n_max: int | None, write) -> int:
-    """Largest n whose memory W = write(mem) recalls >= threshold (mean over seeds): doubling, then
-    bisection on n."""
+def train_memory(mem: Memory, cfg: TrainConfig = TrainConfig(), W0: torch.Tensor | None = None,
+                 ) -> tuple[torch.Tensor, History]:
+    """Train a linear associative memory W (d, d) on all n pairs (x, Pi x) from W0 (default 0)."""
+    if not isinstance(mem, Memory):
+        raise ValueError(f"mem must be a Memory (see lib.memory.make_memory), got {type(mem).__name__}")
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    W = torch.zeros(mem.d, mem.d, dtype=mem.E.dtype, device=mem.E.device) if W0 is None else W0.detach().clone()
+    if tuple(W.shape) != (mem.d, mem.d):
+        raise ValueError(f"W0 must have shape {(mem.d, mem.d)}, got {tuple(W.shape)}")
+    W.requires_grad_(True)
+
+    def loss_and_hits():
+        logits = memory_logits(mem, W)
+        loss = Fn.cross_entropy(logits, mem.perm)
+        loss.backward()
+        return float(loss.detach()), int((logits.argmax(1) == mem.perm).sum())
+
+    hist = fit([W], [cfg.lr], loss_and_hits, mem.n, cfg)
+    return W.detach(), hist
+
+
+def _capacity(d: int, threshold: float, seeds: int, embedding: str, n_max: int | None, write,
+              resolution: float) -> int:
+    """Largest n whose memory W = write(mem) recalls >= threshold (mean over seeds): the one
+    monotone search of `lib.search` on "n associations are too many", to `resolution`."""
     d, seeds = check_int("d", d, 1), check_int("seeds", seeds, 1)
     threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
     check_choice("embedding", embedding, EMBEDDINGS)
     n_max = check_int("n_max", n_max, 1) if n_max is not None else 64 * d * d
 
-    def ok(n):
+    def too_many(n):
         mems = (make_memory(n, d, embedding, s) for s in range(seeds))
-        return sum(recall_accuracy(m, write(m)) for m in mems) / seeds >= threshold
+        return sum(recall_accuracy(m, write(m)) for m in mems) / seeds < threshold
 
-    return largest_true(ok, 1, n_max)
+    found = threshold_search(too_many, 1, n_max, resolution)
+    return found.last_false or 0
 
 
 def hebbian_capacity(d: int, threshold: float = 0.99, seeds: int = 3, embedding: str = "gaussian",
-                     n_max: int | None = None) -> int:
+                     n_max: int | None = None, resolution: float = 0.02) -> int:
     """Largest n whose Hebbian memory in dimension d recalls >= threshold (mean over seeds).
     For orthogonal embeddings it is d (n > d orthogonal vectors do not exist)."""
     if embedding == "orthogonal":
         return check_int("d", d, 1)
-    return _capacity(d, threshold, seeds, embedding, n_max, hebbian)
+    return _capacity(d, threshold, seeds, embedding, n_max, hebbian, resolution)
 
 
 def trained_capacity(d: int, threshold: float = 0.99, seeds: int = 2, embedding: str = "gaussian",
-                     steps: int = 600, lr: float = 0.05, n_max: int | None = None) -> int:
-    """Largest n that a memory trained by Adam on the cross-entropy (`lib.trainer.train_memory`,
-    `steps` full-batch steps, early stop at the threshold) recalls >= threshold, mean over seeds."""
-    from .trainer import TrainConfig, train_memory       # the trainer imports this module
-
+                     steps: int = 600, lr: float = 0.05, n_max: int | None = None, resolution: float = 0.02) -> int:
+    """Largest n that a memory trained by Adam on the cross-entropy (`train_memory`, `steps`
+    full-batch steps, early stop at the threshold) recalls >= threshold, mean over seeds."""
     cfg = TrainConfig(steps=check_int("steps", steps, 1), lr=lr, optimizer="adam",
                       target_acc=check_float("threshold", threshold, 0.0, 1.0, strict_min=True))
-    return _capacity(d, threshold, seeds, embedding, n_max, lambda m: train_memory(m, cfg)[0])
-
-
-def largest_true(ok, lo: int, hi: int) -> int:
-    """Largest n in [lo, hi] with ok(n), assuming ok is (roughly) monotone decreasing; 0 if none."""
-    if not ok(lo):
-        return 0
-    n = lo
-    while n * 2 <= hi and ok(n * 2):
-        n *= 2
-    good, bad = n, min(2 * n, hi + 1)
-    while bad - good > max(1, good // 50):           # 2 % resolution
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if ok(mid) else (good, mid)
-    return good
+    return _capacity(d, threshold, seeds, embedding, n_max, lambda m: train_memory(m, cfg)[0], resolution)

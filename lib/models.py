@@ -1,20 +1,22 @@
-"""The two one-layer models, their activations and the loss (chapter 3), on the direct route.
+"""The two one-layer models and the loss (chapter 3), on the direct (reference) route.
 
 Attention (SPEC.md, "Models"): scores s_t = h_t^T W_KQ q with q = z_EOS, a = softmax(s) over the
 keys, o = sum_t a_t v_t.  With `Params.hard` the softmax is replaced by its gamma -> infinity limit,
 one-hot on argmax_t s_t (the limit mode of the three steps).
 
-  attention-only  logits xi = U W_V o                       W_V is (d, d)
-  attention + MLP logits xi = U W_V phi(o),  phi(o) = sigma(F o) / sqrt(m)   W_V is (d, m), F frozen
+  logits xi = U W_V phi(o),   phi the model's feature map (`lib.featuremaps`):
+  attention-only  phi(o) = o                                  W_V is (d, d)
+  attention + MLP phi(o) = sigma(F n(o)) / sqrt(m)            W_V is (d, m), F frozen
 
 (`U` stores u_k as rows, so U W_V o is the vector (u_k^T W_V o)_k of SPEC's U^T V o.)
-The MLP activations are the normalised Hermite polynomials He_k / sqrt(k!) (centred: mean zero under
-N(0, 1)), ReLU, and ReLU minus its Gaussian mean.
+`forward` materialises the (N, L, d) keys and values: it is the readable reference that the
+token-id route (`lib.tokens`) and the closed-form gradients are tested against.
+W_KQ is stored as a full (d, d) matrix; the forward pass reads it only through W_KQ q, and every
+gradient of it is rank one, k q^T.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -22,19 +24,8 @@ import torch.nn.functional as Fn
 
 from .config import TaskConfig, check_choice
 from .embeddings import Problem
+from .featuremaps import ACTIVATIONS
 from .task import Batch, keys_values
-
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-
-# name -> (sigma, sigma'); Hermite polynomials normalised so that E[sigma(g)^2] = 1 for g ~ N(0, 1)
-ACTIVATIONS = {
-    "he2": (lambda x: (x * x - 1) / math.sqrt(2), lambda x: 2 * x / math.sqrt(2)),
-    "he3": (lambda x: (x ** 3 - 3 * x) / math.sqrt(6), lambda x: (3 * x * x - 3) / math.sqrt(6)),
-    "he4": (lambda x: (x ** 4 - 6 * x * x + 3) / math.sqrt(24),
-            lambda x: (4 * x ** 3 - 12 * x) / math.sqrt(24)),
-    "relu": (torch.relu, lambda x: (x > 0).to(x.dtype)),
-    "centred_relu": (lambda x: torch.relu(x) - _INV_SQRT_2PI, lambda x: (x > 0).to(x.dtype)),
-}
 
 
 def activation(name: str):
@@ -72,21 +63,13 @@ def check_params(problem: Problem, params: Params) -> None:
 
 
 def features(problem: Problem, o: torch.Tensor) -> torch.Tensor:
-    """phi(o): o itself (attn) or sigma(F o) / sqrt(m) (mlp). o is (..., d)."""
-    cfg = problem.cfg
-    if cfg.model == "attn":
-        return o
-    sigma, _ = activation(cfg.activation)
-    return sigma(o @ problem.F.T) / math.sqrt(cfg.m)                  # (..., m)
+    """phi(o) of the problem's model (`lib.featuremaps`): o (attn) or sigma(F n(o)) / sqrt(m) (mlp)."""
+    return problem.features.phi(o, problem.F)
 
 
 def feature_jacobian_T(problem: Problem, o: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """J(o)^T r for the features: r itself (attn) or F^T diag(sigma'(F o)) r / sqrt(m) (mlp)."""
-    cfg = problem.cfg
-    if cfg.model == "attn":
-        return r
-    _, dsigma = activation(cfg.activation)
-    return (dsigma(o @ problem.F.T) * r) @ problem.F / math.sqrt(cfg.m)   # (..., d)
+    """J(o)^T r for the problem's feature map: r itself (attn), n'(o)^T F^T diag(sigma'(F n(o))) r / sqrt(m) (mlp)."""
+    return problem.features.vjp(o, problem.F, r)
 
 
 def attention(scores: torch.Tensor, hard: bool) -> torch.Tensor:

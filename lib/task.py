@@ -12,7 +12,7 @@ tensors: it is the readable reference route. The fast route (`lib.counts`) never
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,6 +28,7 @@ class Batch:
     tokens: torch.Tensor   # (N, L) long: token ids in [0, V_in)
     pos: torch.Tensor      # (N,) long: the informative position l in [0, L)
     labels: torch.Tensor   # (N,) long: y = Pi*(x_l) in [0, V)
+    _informative: torch.Tensor | None = field(default=None, repr=False)   # x_l, stored once
 
     @property
     def N(self) -> int:
@@ -35,31 +36,50 @@ class Batch:
 
     @property
     def informative(self) -> torch.Tensor:
-        """(N,) long: the informative token x_l of each sample."""
-        return self.tokens.gather(1, self.pos[:, None])[:, 0]
+        """(N,) long: the informative token x_l of each sample (computed once, then stored)."""
+        if self._informative is None:
+            self._informative = self.tokens.gather(1, self.pos[:, None])[:, 0]
+        return self._informative
 
     def slice(self, start: int, stop: int) -> "Batch":
-        return Batch(self.tokens[start:stop], self.pos[start:stop], self.labels[start:stop])
+        inf = None if self._informative is None else self._informative[start:stop]
+        return Batch(self.tokens[start:stop], self.pos[start:stop], self.labels[start:stop], inf)
+
+
+SAMPLE_BLOCK = 4096   # samples per random block: the data of N samples are the first N of any larger N
 
 
 def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") -> Batch:
-    """Draw N samples of `problem`'s task. `split` ("train", "test", ...) names an independent stream."""
+    """Draw N samples of `problem`'s task. `split` ("train", "test", ...) names an independent stream.
+
+    Nested in N: samples are drawn in blocks of `SAMPLE_BLOCK`, block j from its own stream
+    `generator(seed, "data", split, j)`, so the first N samples of a batch of size N' >= N are exactly
+    the batch of size N (N* curves are then monotone in the data, not re-drawn at every N).
+    """
     if not isinstance(problem, Problem):
         raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
     N = check_int("N", N, 1)
     if not isinstance(split, str):
         raise ValueError(f"split must be a string, got {split!r}")
     cfg = problem.cfg
-    g = generator(seed, "data", split)
-    pos = torch.randint(cfg.L, (N,), generator=g)
-    x_inf = torch.randint(cfg.V, (N,), generator=g)
-    if cfg.noise_vocab:
-        tokens = cfg.V + torch.randint(cfg.noise_vocab, (N, cfg.L), generator=g)
-    else:
-        tokens = torch.randint(cfg.V, (N, cfg.L), generator=g)
+    B = SAMPLE_BLOCK
+    tokens = torch.empty(N, cfg.L, dtype=torch.long)
+    pos = torch.empty(N, dtype=torch.long)
+    x_inf = torch.empty(N, dtype=torch.long)
+    for j, start in enumerate(range(0, N, B)):
+        stop = min(start + B, N)
+        g = generator(seed, "data", split, j)
+        pos[start:stop] = torch.randint(cfg.L, (B,), generator=g)[:stop - start]
+        x_inf[start:stop] = torch.randint(cfg.V, (B,), generator=g)[:stop - start]
+        if cfg.noise_vocab:
+            block = cfg.V + torch.randint(cfg.noise_vocab, (B, cfg.L), generator=g)
+        else:
+            block = torch.randint(cfg.V, (B, cfg.L), generator=g)
+        tokens[start:stop] = block[:stop - start]
     tokens.scatter_(1, pos[:, None], x_inf[:, None])
     dev = cfg.device
-    return Batch(tokens.to(dev), pos.to(dev), problem.perm[x_inf.to(dev)])
+    x_inf = x_inf.to(dev)
+    return Batch(tokens.to(dev), pos.to(dev), problem.perm[x_inf], x_inf)
 
 
 def check_batch(problem: Problem, batch: Batch) -> None:
@@ -71,7 +91,8 @@ def check_batch(problem: Problem, batch: Batch) -> None:
         raise ValueError(f"batch.tokens must have shape (N, L={cfg.L}), got {tuple(batch.tokens.shape)}")
     if batch.N == 0:
         raise ValueError("N must be a positive integer, got 0")
-    if int(batch.tokens.min()) < 0 or int(batch.tokens.max()) >= cfg.V_in:
+    lo, hi = torch.aminmax(batch.tokens)                          # one pass over the ids
+    if int(lo) < 0 or int(hi) >= cfg.V_in:
         raise ValueError(f"batch.tokens must lie in [0, {cfg.V_in})")
 
 

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from .config import check_choice, check_int
+from .featuremaps import REGISTRY
 
 
 def inner_product_moments(d: int, embedding: str = "gaussian") -> dict:
@@ -57,12 +58,13 @@ def hebbian_margin_ratio(n: int, d: int) -> float:
 
 def param_count(model: str, d: int, m: int | None = None) -> dict:
     """Trainable parameters of the two models (W_V and W_KQ), and the frozen ones (F)."""
-    check_choice("model", model, ("attn", "mlp"))
+    check_choice("model", model, tuple(REGISTRY))
     d = check_int("d", d, 1)
-    if model == "attn":
-        return {"W_V": d * d, "W_KQ": d * d, "frozen": 0}
-    m = check_int("m", m, 1)
-    return {"W_V": d * m, "W_KQ": d * d, "frozen": m * d}
+    feature_map = REGISTRY[model]
+    if feature_map.needs_m:
+        m = check_int("m", m, 1)
+    width, frozen = feature_map.widths(d, m)
+    return {"W_V": d * width, "W_KQ": d * d, "frozen": frozen}
 
 
 def fit_power_law(x, y) -> tuple[float, float]:

@@ -1,82 +1,134 @@
-"""The command line contract of SPEC.md."""
+"""The command line contract of SPEC.md: flags reach TaskConfig / StepSizes and change results,
+JSON keys and values agree with `lib.run`, errors exit 2 with one line naming the parameter."""
 import json
+import statistics
 import subprocess
 import sys
 
 import pytest
 
+import lib
+from lib.cli import main
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "lib", *args], capture_output=True, text=True, timeout=300)
+SMALL = ["--V", "16", "--d", "16", "--L", "4", "--n-test", "512", "--device", "cpu"]
 
 
-def test_help_lists_subcommands():
-    out = cli("--help")
+def cli(capsys, *args):
+    try:
+        rc = main(list(args))
+    except SystemExit as err:          # argparse errors
+        rc = err.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_python_dash_m_lib_lists_subcommands():
+    out = subprocess.run([sys.executable, "-m", "lib", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "train" in out.stdout and "nstar" in out.stdout
 
 
-def test_train_json_keys_and_values():
-    out = cli("train", "--model", "attn", "--V", "64", "--d", "64", "--L", "8", "--N", "4096",
-              "--seeds", "2", "--json", "--device", "cpu")
-    assert out.returncode == 0, out.stderr
-    res = json.loads(out.stdout)
-    for k in ("acc", "att_acc", "oracle_acc"):
-        assert isinstance(res[k], float) and 0 <= res[k] <= 1
-    assert res["att_acc"] > 0.9
+def test_train_json_equals_lib_run(capsys):
+    rc, out, err = cli(capsys, "train", *SMALL, "--N", "700", "--seeds", "2", "--seed", "3", "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    ref = lib.run(lib.TaskConfig(V=16, d=16, L=4, device="cpu"), 700, seeds=2, seed=3, n_test=512)
+    for k in ("acc", "att_acc", "oracle_acc", "acc_std", "att_acc_std", "oracle_acc_std"):
+        assert res[k] == getattr(ref, k), k
+    assert res["per_seed"]["acc"] == ref.per_seed["acc"] and res["gamma_W"] is None
 
 
-def test_train_mlp_finite_and_switches():
-    out = cli("train", "--model", "mlp", "--V", "32", "--d", "16", "--L", "4", "--N", "2000", "--m", "64",
-              "--mode", "finite", "--no-trigger-in-value", "--activation", "relu", "--json", "--device", "cpu")
-    assert out.returncode == 0, out.stderr
-    assert set(json.loads(out.stdout)) >= {"acc", "att_acc", "oracle_acc"}
+@pytest.mark.parametrize("flags,change", [
+    (["--no-trigger-in-value"], dict(trigger_in_value=False)), (["--tied"], dict(tied=True)),
+    (["--tau", "2.5"], dict(tau=2.5)), (["--eos-key"], dict(eos_key=True)),
+    (["--noise-vocab", "5"], dict(noise_vocab=5)), (["--embedding", "sphere"], dict(embedding="sphere")),
+    (["--model", "mlp", "--m", "32", "--activation", "relu"], dict(model="mlp", m=32, activation="relu")),
+    (["--model", "mlp", "--m", "32", "--mlp-input", "raw"], dict(model="mlp", m=32, mlp_input="raw")),
+])
+def test_problem_flags_reach_the_config_and_change_results(capsys, flags, change):
+    rc, out, err = cli(capsys, "train", *SMALL, "--N", "300", "--mode", "finite", "--json", *flags)
+    assert rc == 0, err
+    res = json.loads(out)
+    ref = lib.run(lib.TaskConfig(V=16, d=16, L=4, device="cpu", **change), 300, mode="finite", seeds=1, n_test=512)
+    assert res["per_seed"]["acc"] == ref.per_seed["acc"] and res["gamma_W"] == ref.per_seed["gamma_W"][0]
+    assert res["per_seed"]["oracle_acc"] == ref.per_seed["oracle_acc"]
+    base = dict(V=16, d=16, L=4, device="cpu")
+    if "activation" in change or "mlp_input" in change:   # compare with the same model, other switch
+        base.update(model="mlp", m=32)
+    plain = lib.run(lib.TaskConfig(**base), 300, mode="finite", seeds=1, n_test=512)
+    assert res["gamma_W"] != plain.per_seed["gamma_W"][0]
 
 
-def test_train_human_output():
-    out = cli("train", "--V", "32", "--d", "32", "--L", "4", "--N", "2000", "--seeds", "2", "--device", "cpu")
-    assert out.returncode == 0 and "acc" in out.stdout and "±" in out.stdout
+def test_step_size_flags_reach_the_finite_mode_and_gamma_W_is_reported(capsys):
+    args = ("train", *SMALL, "--N", "400", "--mode", "finite", "--json")
+    rc, out, err = cli(capsys, *args, "--eta", "0.5", "--attn-scale", "3", "--gamma-v", "20")
+    assert rc == 0, err
+    res = json.loads(out)
+    steps = lib.StepSizes(eta=0.5, attn_scale=3.0, gamma_V=20.0)
+    ref = lib.run(lib.TaskConfig(V=16, d=16, L=4, device="cpu"), 400, mode="finite", seeds=1, n_test=512,
+                  step_sizes=steps)
+    assert res["gamma_W"] == ref.per_seed["gamma_W"][0] > 0 and res["acc"] == ref.acc
+    rc, out2, _ = cli(capsys, *args, "--gamma-w", "7")
+    assert json.loads(out2)["gamma_W"] == 7.0
+    rc, out3, _ = cli(capsys, *args)
+    assert json.loads(out3)["gamma_W"] != res["gamma_W"]
 
 
-def test_nstar_json_and_cache(tmp_path):
+def test_train_human_output_reports_the_spread(capsys):
+    rc, out, err = cli(capsys, "train", *SMALL, "--N", "300", "--seeds", "3")
+    assert rc == 0, err
+    ref = lib.run(lib.TaskConfig(V=16, d=16, L=4, device="cpu"), 300, seeds=3, n_test=512)
+    assert ref.acc_std > 0                                              # the seeds disagree here
+    assert f"{ref.acc:.4f} ± {ref.acc_std:.4f}" in out
+
+
+def test_nstar_json_and_the_cache_is_read(capsys, tmp_path):
     cache = tmp_path / "points.json"
-    args = ["nstar", "--V", "32", "--d", "64", "--L", "4", "--threshold", "0.9", "--seeds", "2", "--json",
-            "--cache", str(cache), "--device", "cpu"]
-    first = cli(*args)
-    assert first.returncode == 0, first.stderr
-    res = json.loads(first.stdout)
-    assert isinstance(res["nstar"], int) and res["nstar"] >= 32
-    assert cache.exists()
-    again = json.loads(cli(*args).stdout)
-    assert again["nstar"] == res["nstar"] and again["points"] == res["points"]
+    args = ("nstar", "--V", "32", "--d", "64", "--L", "4", "--threshold", "0.9", "--seeds", "2", "--n-test",
+            "1024", "--json", "--cache", str(cache), "--device", "cpu")
+    rc, out, err = cli(capsys, *args)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert isinstance(res["nstar"], int) and res["runs"] == len(res["points"]) > 1
+    again = json.loads(cli(capsys, *args)[1])
+    assert again["nstar"] == res["nstar"] and again["points"] == res["points"] and again["runs"] == 0
+    # a sentinel: every cached point rewritten to accuracy 0 must be what the search reads
+    data = json.loads(cache.read_text())
+    for v in data.values():
+        v["acc"] = 0.0
+    cache.write_text(json.dumps(data))
+    planted = json.loads(cli(capsys, *args, "--n-max", str(res["nstar"]))[1])
+    assert planted["nstar"] is None and planted["runs"] == 0
 
 
-def test_nstar_unreachable_is_null():
-    out = cli("nstar", "--V", "64", "--d", "4", "--L", "4", "--n-max", "256", "--seeds", "1", "--json",
-              "--device", "cpu")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["nstar"] is None
+def test_nstar_seeds_default_to_three(capsys):
+    rc, out, err = cli(capsys, "nstar", "--V", "16", "--d", "4", "--L", "4", "--n-max", "32", "--n-test", "256",
+                       "--json", "--device", "cpu")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["nstar"] is None and all(p["seeds"] == 3 for p in res["points"])
 
 
 @pytest.mark.parametrize("bad,name", [(["--V", "0"], "V"), (["--d", "-1"], "d"), (["--L", "0"], "L"),
                                       (["--N", "abc"], "N"), (["--model", "foo"], "model"),
                                       (["--mode", "fast"], "mode"), (["--tau", "nan"], "tau"),
-                                      (["--seeds", "0"], "seeds"), (["--activation", "tanh"], "activation")])
-def test_train_bad_values_exit_2_with_one_line(bad, name):
+                                      (["--seeds", "0"], "seeds"), (["--activation", "tanh"], "activation"),
+                                      (["--mlp-input", "cube"], "mlp_input"), (["--eta", "0"], "eta"),
+                                      (["--attn-scale", "-1"], "attn_scale"), (["--n-test", "0"], "n_test")])
+def test_train_bad_values_exit_2_with_one_line(capsys, bad, name):
     base = {"--V": "16", "--d": "8", "--L": "4", "--N": "64"}
     for i in range(0, len(bad), 2):
         base[bad[i]] = bad[i + 1]
-    args = ["train", "--device", "cpu"] + [x for kv in base.items() for x in kv]
-    out = cli(*args)
-    assert out.returncode == 2
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and name in lines[0], out.stderr
-    assert "Traceback" not in out.stderr
+    rc, out, err = cli(capsys, "train", "--device", "cpu", *[x for kv in base.items() for x in kv])
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0], err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("bad,name", [(["--threshold", "1.5"], "threshold"), (["--n-max", "0"], "n_max"),
-                                      (["--V", "0"], "V")])
-def test_nstar_bad_values_exit_2(bad, name):
-    out = cli("nstar", "--V", "16", "--d", "8", "--L", "4", "--device", "cpu", *bad)
-    assert out.returncode == 2
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and name in lines[0], out.stderr
+                                      (["--V", "0"], "V"), (["--seeds", "0"], "seeds")])
+def test_nstar_bad_values_exit_2(capsys, bad, name):
+    rc, out, err = cli(capsys, "nstar", "--V", "16", "--d", "8", "--L", "4", "--device", "cpu", *bad)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0], err

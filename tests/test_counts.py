@@ -48,7 +48,7 @@ def test_counts_route_chunks_agree_with_one_chunk(monkeypatch):
     problem = lib.make_problem(cfg, 1)
     batch = lib.sample_batch(problem, 500, 1)
     one = lib.three_steps(problem, batch, "finite")
-    monkeypatch.setattr(counts, "_CHUNK_ELEMENTS", 64)       # chunks of a few samples
+    monkeypatch.setattr(lib.tokens, "CHUNK_ELEMENTS", 64)       # chunks of a few samples
     many = lib.three_steps(problem, batch, "finite")
     assert rel(many.V2, one.V2) < 1e-12 and rel(many.W1, one.W1) < 1e-12
     lim1 = lib.three_steps(problem, batch, "limit")

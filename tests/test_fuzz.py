@@ -38,7 +38,7 @@ def run(p):
     steps = lib.StepSizes(**{k: p[k] for k in STEP_FIELDS})
     problem = lib.make_problem(cfg, 0)
     batch = lib.sample_batch(problem, p["N"], 0)
-    res = lib.three_steps(problem, batch, p["mode"], steps)
+    res = lib.three_steps(problem, batch, p["mode"], step_sizes=steps)
     return res, lib.evaluate(problem, res.params, 64)
 
 
@@ -97,7 +97,7 @@ def test_huge_step_sizes_stay_finite(g, eta, model, dtype):
     cfg = lib.TaskConfig(V=16, d=8, L=6, model=model, m=12 if model == "mlp" else None, dtype=dtype, device="cpu")
     problem = lib.make_problem(cfg, 1)
     batch = lib.sample_batch(problem, 300, 1)
-    res = lib.three_steps(problem, batch, "finite", lib.StepSizes(eta=eta, gamma_W=g, gamma_V=g))
+    res = lib.three_steps(problem, batch, "finite", step_sizes=lib.StepSizes(eta=eta, gamma_W=g, gamma_V=g))
     assert all(bool(torch.isfinite(t).all()) for t in (res.V1, res.W1, res.V2))
     acc = lib.evaluate(problem, res.params, 256)
     assert 0 <= acc.acc <= 1

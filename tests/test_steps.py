@@ -18,7 +18,7 @@ def test_finite_with_tiny_eta_and_huge_gamma_reproduces_limit(model):
     problem = lib.make_problem(cfg, 0)
     batch = lib.sample_batch(problem, 8192, 0)
     lim = lib.three_steps(problem, batch, "limit")
-    fin = lib.three_steps(problem, batch, "finite", lib.StepSizes(eta=1e-4, gamma_W=1e12, gamma_V=1e12))
+    fin = lib.three_steps(problem, batch, "finite", step_sizes=lib.StepSizes(eta=1e-4, gamma_W=1e12, gamma_V=1e12))
     assert agreement(problem, lim.params, fin.params) >= 0.999
 
 
@@ -31,6 +31,20 @@ def test_default_step_sizes_give_the_limit_predictions():
     assert agreement(problem, lim.params, fin.params) >= 0.999
 
 
+def test_default_finite_step_is_genuinely_finite_and_still_agrees_with_the_limit():
+    """Default attn_scale: the MLP's attention is sharp but not saturated, and predictions agree."""
+    cfg = lib.TaskConfig(V=64, d=32, L=8, model="mlp", m=128, trigger_in_value=False, device="cpu")
+    problem = lib.make_problem(cfg, 1)
+    batch = lib.sample_batch(problem, 8192, 1)
+    fin = lib.three_steps(problem, batch, "finite")
+    assert float((fin.W1 @ problem.z_eos).norm()) == pytest.approx(lib.StepSizes().attn_scale, rel=1e-5)
+    test = lib.sample_batch(problem, 4000, 0, "test")
+    a = torch.softmax(lib.tokens.position_scores(problem, test, fin.W1 @ problem.z_eos), 1)
+    on_trigger = float(a.gather(1, test.pos[:, None]).mean())
+    assert 0.99 < on_trigger < 0.9995                     # soft: weight is left off the trigger
+    assert agreement(problem, lib.three_steps(problem, batch, "limit").params, fin.params) >= 0.999
+
+
 def test_finite_direction_converges_to_limit_k():
     """W1 q / |q|^2 points along k as eta -> 0 (cosine -> 1)."""
     cfg = small_cfg(V=20, d=10, L=6)
@@ -39,7 +53,7 @@ def test_finite_direction_converges_to_limit_k():
     k = lib.three_steps(problem, batch, "limit").k
     cos = []
     for eta in [1e-1, 1e-3, 1e-5]:
-        kf = lib.three_steps(problem, batch, "finite", lib.StepSizes(eta=eta)).k
+        kf = lib.three_steps(problem, batch, "finite", step_sizes=lib.StepSizes(eta=eta)).k
         cos.append(float(kf @ k / (kf.norm() * k.norm())))
     assert cos[-1] > 1 - 1e-8 and cos[0] < cos[-1]
 

@@ -24,7 +24,7 @@ def test_first_gd_steps_match_the_closed_form_steps():
     eta = 0.3
     p1, _ = train_transformer(problem, batch, TrainConfig(steps=1, lr=eta))
     p2, _ = train_transformer(problem, batch, TrainConfig(steps=2, lr=eta))
-    three = lib.three_steps(problem, batch, "finite", lib.StepSizes(eta=eta, gamma_W=eta, gamma_V=eta))
+    three = lib.three_steps(problem, batch, "finite", step_sizes=lib.StepSizes(eta=eta, gamma_W=eta, gamma_V=eta))
     assert torch.allclose(p1.W_V, three.V1, rtol=1e-10, atol=1e-14)
     assert float(p1.W_KQ.abs().max()) == 0.0                  # grad W_KQ = 0 at W_V = 0
     assert torch.allclose(p2.W_KQ, three.W1, rtol=1e-8, atol=1e-16)

@@ -1,0 +1,68 @@
+"""The one-call experiment: `run(cfg, N, ...)` trains with the three steps and tests, over seeds.
+
+For each seed s in seed, seed + 1, ..., seed + seeds - 1 it draws the problem `make_problem(cfg, s)`,
+the training batch `sample_batch(problem, N, s)`, runs `three_steps` and evaluates on `n_test`
+fresh samples of split "test" of seed s. It returns the three accuracies' means over seeds, their
+spreads (population standard deviation over seeds), the per-seed values and the gamma_W used. The
+command line (`python -m lib train`) and the N* search (`lib.capacity`) both call it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from .config import TaskConfig, check_choice, check_int
+from .embeddings import make_problem
+from .evaluate import N_TEST, evaluate
+from .schedule import three_steps
+from .steps import MODES, StepSizes
+from .task import sample_batch
+
+METRICS = ("acc", "att_acc", "oracle_acc")
+
+
+@dataclass
+class RunResult:
+    N: int
+    seeds: int
+    acc: float                 # mean over seeds of the test accuracy
+    att_acc: float             # mean attention accuracy
+    oracle_acc: float          # mean oracle-attention accuracy
+    acc_std: float             # population standard deviation over seeds of acc
+    att_acc_std: float
+    oracle_acc_std: float
+    per_seed: dict             # metric -> list of per-seed values (and "gamma_W")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def spread(values) -> float:
+    """Population standard deviation of the per-seed values (0 for one seed)."""
+    values = list(values)
+    return statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def run(cfg: TaskConfig, N: int, *, mode: str = "limit", seeds: int = 3, seed: int = 0, n_test: int = N_TEST,
+        step_sizes: StepSizes = StepSizes()) -> RunResult:
+    """Mean (over `seeds` problems) accuracies of the three steps trained on N samples."""
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    N, seeds = check_int("N", N, 1), check_int("seeds", seeds, 1)
+    seed, n_test = check_int("seed", seed, 0), check_int("n_test", n_test, 1)
+    check_choice("mode", mode, MODES)
+    if not isinstance(step_sizes, StepSizes):
+        raise ValueError(f"step_sizes must be a StepSizes, got {type(step_sizes).__name__}")
+    per_seed = {k: [] for k in (*METRICS, "gamma_W")}
+    for s in range(seed, seed + seeds):
+        problem = make_problem(cfg, s)
+        res = three_steps(problem, sample_batch(problem, N, s), mode, step_sizes=step_sizes)
+        acc = evaluate(problem, res, n_test, s).as_dict()
+        for k in METRICS:
+            per_seed[k].append(acc[k])
+        per_seed["gamma_W"].append(res.gamma_W)
+    mean = {k: statistics.fmean(per_seed[k]) for k in METRICS}
+    return RunResult(N, seeds, mean["acc"], mean["att_acc"], mean["oracle_acc"],
+                     spread(per_seed["acc"]), spread(per_seed["att_acc"]), spread(per_seed["oracle_acc"]),
+                     per_seed)

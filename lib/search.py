@@ -1,0 +1,56 @@
+"""One monotone search: doubling, then bisection to a relative resolution (chapters 2 and 4-7).
+
+`threshold_search(ok, lo, hi, resolution)` assumes ok(n) is False below some n and True from it on
+(for the critical sample size N*: "the accuracy with n samples reaches the threshold"; for a memory
+capacity: "n associations are too many"). It evaluates ok at lo, 2 lo, 4 lo, ... (capped at hi)
+until the first True, then bisects between the last False and the first True until
+
+    first_true - last_false <= max(1, resolution * first_true),
+
+and returns the `Bracket` (last_false, first_true). Every n it evaluated is recorded in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .config import check_float, check_int
+
+
+@dataclass
+class Bracket:
+    last_false: int | None      # largest n seen with ok(n) False (None if ok(lo))
+    first_true: int | None      # smallest n seen with ok(n) True (None if not ok(hi))
+    evaluated: list = field(default_factory=list)   # (n, ok(n)) in the order evaluated
+
+
+def threshold_search(ok, lo: int, hi: int, resolution: float) -> Bracket:
+    """Bracket the switch of a monotone predicate ok: [lo, hi] -> bool to a relative resolution."""
+    lo, hi = check_int("n_min", lo, 1), check_int("n_max", hi, 1)
+    if lo > hi:
+        raise ValueError(f"n_min must be <= n_max, got n_min={lo}, n_max={hi}")
+    resolution = check_float("resolution", resolution, 0.0, 1.0, strict_min=True)
+    out = Bracket(None, None)
+
+    def test(n):
+        res = bool(ok(n))
+        out.evaluated.append((n, res))
+        return res
+
+    n = lo
+    while not test(n):
+        out.last_false = n
+        if n >= hi:
+            return out
+        n = min(2 * n, hi)
+    out.first_true = n
+    bad = out.last_false if out.last_false is not None else 0
+    while n - bad > max(1, resolution * n):
+        mid = (n + bad) // 2
+        if test(mid):
+            n = mid
+        else:
+            bad = mid
+    out.first_true = n
+    out.last_false = bad if bad > 0 else out.last_false
+    return out

@@ -1,0 +1,124 @@
+"""The forward pass on token ids, chunk by chunk: shared by the count route, evaluation and trainer.
+
+Equal to `lib.models.forward` (tests/test_forward.py), but it never builds an (N, L, d) tensor:
+
+  scores  s_t = h_t^T w (w = W_KQ q) = (E w)[x_t] + 1[t = l] z_trig . w   a lookup in the table E w;
+  values  o = sum_t a_t v_t = embedding_bag(x, E, weights a) + a_l [trigger in value] z_trig
+          (+ a_EOS z_EOS with an EOS key);   hard attention reads one row of E;
+  logits  xi = U W_V phi(o), phi the model's feature map (`lib.featuremaps`).
+
+Write K = n_keys (L, or L + 1 with the EOS key). Memory stays O(chunk (L + V + width + d)).
+Every function here is differentiable in w and W_V, so the autograd trainer runs on it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as Fn
+
+from .embeddings import Problem
+from .task import Batch
+
+CHUNK_ELEMENTS = 2 ** 22   # elements of the largest per-chunk temporary (16 MiB in float32)
+
+
+def chunk_size(problem: Problem, extra: int = 0) -> int:
+    """Samples per chunk so that (chunk, max(8 K, V, width, d, extra)) temporaries stay near 2^22 elements."""
+    cfg = problem.cfg
+    widest = max(cfg.n_keys * 8, cfg.V_in, cfg.width, cfg.d, extra)
+    return max(1, CHUNK_ELEMENTS // widest)
+
+
+def chunks(batch: Batch, size: int):
+    """The batch in consecutive slices of `size` samples."""
+    for start in range(0, batch.N, size):
+        yield batch.slice(start, min(start + size, batch.N))
+
+
+def value_offset(problem: Problem) -> torch.Tensor:
+    """s = [trigger in value] z_trig + [EOS key] z_EOS: what the uniform average adds to E^T c_n."""
+    cfg = problem.cfg
+    s = torch.zeros_like(problem.z_trig)
+    if cfg.trigger_in_value:
+        s = s + problem.z_trig
+    if cfg.eos_key:
+        s = s + problem.z_eos
+    return s
+
+
+def position_scores(problem: Problem, b: Batch, w: torch.Tensor) -> torch.Tensor:
+    """Attention scores h_t^T w of every key (B, K), from the table E w: no (B, L, d) tensor."""
+    s = (problem.E @ w)[b.tokens]                                       # (B, L) table lookup
+    bonus = torch.zeros_like(s).scatter_(1, b.pos[:, None], 1.0) * (problem.z_trig @ w)
+    s = s + bonus
+    if problem.cfg.eos_key:
+        s = torch.cat([s, (problem.z_eos @ w).expand(b.N, 1)], 1)       # (B, L + 1)
+    return s
+
+
+def pooled_values(problem: Problem, b: Batch, a: torch.Tensor | None = None) -> torch.Tensor:
+    """o_n = sum_t a_{n,t} v_{n,t} (B, d) for attention weights a (B, K); None = uniform."""
+    cfg = problem.cfg
+    L = cfg.L
+    if a is None:
+        a = torch.full((b.N, cfg.n_keys), 1.0 / cfg.n_keys, dtype=problem.E.dtype, device=problem.E.device)
+    o = Fn.embedding_bag(b.tokens, problem.E, mode="sum", per_sample_weights=a[:, :L].contiguous())
+    if cfg.trigger_in_value:
+        o = o + a.gather(1, b.pos[:, None]) * problem.z_trig
+    if cfg.eos_key:
+        o = o + a[:, L:] * problem.z_eos
+    return o
+
+
+def hard_values(problem: Problem, b: Batch, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Value at argmax_t of the scores (B, d), and the argmax position (B,) (L means EOS)."""
+    cfg = problem.cfg
+    t = scores.argmax(1)
+    tok = b.tokens.gather(1, t.clamp_max(cfg.L - 1)[:, None])[:, 0]
+    o = problem.E[tok]
+    if cfg.trigger_in_value:
+        o = o + (t == b.pos)[:, None].to(o.dtype) * problem.z_trig
+    if cfg.eos_key:
+        o = torch.where((t == cfg.L)[:, None], problem.z_eos.expand_as(o), o)
+    return o, t
+
+
+def informative_values(problem: Problem, b: Batch) -> torch.Tensor:
+    """v_l (B, d): the value vector of the informative position (oracle attention)."""
+    o = problem.E[b.informative]
+    return o + problem.z_trig if problem.cfg.trigger_in_value else o
+
+
+@dataclass
+class ChunkForward:
+    """The forward pass of one chunk on token ids."""
+
+    scores: torch.Tensor   # (B, K)
+    attn: torch.Tensor     # (B, K) softmax weights, or one-hot for hard attention
+    o: torch.Tensor        # (B, d)
+    phi: torch.Tensor      # (B, width)
+    logits: torch.Tensor   # (B, V)
+
+
+def forward_chunk(problem: Problem, W_V: torch.Tensor, w: torch.Tensor, b: Batch, hard: bool = False,
+                  readout: torch.Tensor | None = None) -> ChunkForward:
+    """Scores, attention, pooled value, features and logits of one chunk; w = W_KQ q.
+    `readout` = W_V^T U^T (width, V) may be passed in when it is reused over chunks."""
+    s = position_scores(problem, b, w)
+    if hard:
+        o, t = hard_values(problem, b, s)
+        a = Fn.one_hot(t, s.shape[1]).to(s.dtype)
+    else:
+        a = torch.softmax(s, 1)
+        o = pooled_values(problem, b, a)
+    phi = problem.features.phi(o, problem.F)
+    if readout is None:
+        readout = W_V.T @ problem.U.T
+    return ChunkForward(s, a, o, phi, phi @ readout)
+
+
+def logits_of(problem: Problem, W_V: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+    """xi = U W_V phi(o) for pooled vectors o (B, d): (B, V)."""
+    return problem.features.phi(o, problem.F) @ W_V.T @ problem.U.T
