@@ -158,7 +158,7 @@ def test_chunked_tables_equal_one_chunk(monkeypatch):
     train = lib.sample_batch(problem, 500, 4)
     ta = attn_of("soft", problem, train, 3)
     one = memory_counts(problem, train, ta).matrix(problem)
-    monkeypatch.setattr(counts, "_CHUNK_ELEMENTS", 30)
+    monkeypatch.setattr(counts, "PASS_SAMPLES", 7)
     assert rel(memory_counts(problem, train, ta).matrix(problem), one) < 1e-13
 
 
