@@ -36,15 +36,15 @@ from .steps import StepSizes, ThreeSteps
 from .schedule import three_steps
 from .evaluate import N_TEST, Accuracy, evaluate, predict
 from .experiment import RunResult, run
-from . import (capacity, construct, counts, featuremaps, memory, plotting, search, theory, tokens,  # noqa: F401
-               trainer)
+from . import (capacity, construct, counts, decompose, featuremaps, margins, memory, plotting, search,  # noqa: F401
+               theory, tokens, trainer)
 
 __all__ = [
     "TaskConfig", "default_device", "derive_seed", "generator", "seed_everything", "Problem",
     "make_problem", "Batch", "keys_values", "sample_batch", "Params", "activation", "cross_entropy",
     "features", "forward", "loss", "zero_params", "Gradients", "autograd_gradients", "gradients",
     "StepSizes", "ThreeSteps", "three_steps", "N_TEST", "Accuracy", "evaluate", "predict", "RunResult", "run",
-    "capacity", "construct", "counts", "featuremaps", "memory", "plotting", "search", "theory", "tokens",
+    "capacity", "construct", "counts", "decompose", "featuremaps", "margins", "memory", "plotting", "search", "theory", "tokens",
     "trainer",
 ]
 __version__ = "0.2.0"

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .counts import chunk_size, chunks, position_scores
+from .tokens import chunk_size, chunks, position_scores
 from .embeddings import Problem
 from .task import Batch, check_batch
 
@@ -115,7 +115,7 @@ def k_population(problem: Problem) -> torch.Tensor:
 def attention_accuracy_at(cfg, N: int, seed: int = 0) -> float:
     """Exact attention accuracy after the three steps (limit mode) on N samples; problem and data from `seed`."""
     from .embeddings import make_problem
-    from .steps import three_steps
+    from .schedule import three_steps
     from .task import sample_batch
     problem = make_problem(cfg, seed)
     res = three_steps(problem, sample_batch(problem, N, seed), mode="limit")
