@@ -163,11 +163,11 @@ def test_count_route_never_allocates_an_N_L_d_tensor():
     batch = lib.sample_batch(problem, 20000, 0)
     nld = batch.N * cfg.L * cfg.d * 4                                  # 328 MB in float32
     for mode in ("limit", "finite"):
-        assert _peak_bytes(lambda: lib.three_steps(problem, batch, mode)) < nld / 4, mode
+        assert _peak_bytes(lambda: lib.three_steps(problem, batch, mode)) < nld / 2, mode
     attn = lib.make_problem(cfg.with_(model="attn", m=None), 0)
     for mode in ("limit", "finite"):
-        assert _peak_bytes(lambda: lib.three_steps(attn, batch, mode)) < nld / 4, mode
-    assert _peak_bytes(lambda: lib.counts.gradients(problem, lib.zero_params(cfg), batch)) < nld / 4
+        assert _peak_bytes(lambda: lib.three_steps(attn, batch, mode)) < nld / 2, mode
+    assert _peak_bytes(lambda: lib.counts.gradients(problem, lib.zero_params(cfg), batch)) < nld / 2
     assert _peak_bytes(lambda: lib.keys_values(problem, batch)) > nld     # the measure can see one
 
 
