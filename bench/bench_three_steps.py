@@ -1,133 +1,117 @@
-"""Benchmark: the library's three steps against two baselines measured in the same run.
+"""Benchmark: the library's three steps against named baselines measured in the same run.
 
-  naive   : a reader's PyTorch implementation: an nn.Module that materialises the (N, L, d) token
-            vectors, computes the loss and calls loss.backward() three times with the same step
-            sizes (finite mode, explicit eta, gamma_W, gamma_V).
-  bincount: one torch.bincount over the same N L token ids: the floor of any count-based route.
-
-Prints seconds and ratios (naive / lib: speed-up; lib / bincount: distance from the floor), then
-the peak resident memory of a separate process running the N = 10^6, L = 64, V = 1024, d = 256
-limit-mode steps. Usage: python bench/bench_three_steps.py [--quick]
+  floor   : one torch.bincount over the same N L token ids (the floor of any count-based route);
+  before  : the implementation of the commit before the count-route rework (d802529, "today"),
+            extracted with `git archive` into a temporary folder and run in a child process on the
+            SAME problem and batch (saved tensors), so the numbers can be compared.
+Prints medians (floor and limit: of --repeat runs; finite: of --repeat-finite runs), the ratios
+limit / floor and finite before / after, the relative difference of the finite V2 against
+"before", and the peak resident memory of a fresh process running the limit mode.
+Usage: python bench/bench_three_steps.py [--N 1000000] [--repeat 5] [--repeat-finite 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
-from torch import nn
 
 import lib
 
-STEPS = lib.StepSizes(eta=0.01, gamma_W=1e8, gamma_V=1e3)
+BEFORE = "d802529"
+STEPS = dict(eta=0.01, gamma_W=1e8, gamma_V=1e3)     # explicit, so both versions take the same step
 
 
-class NaiveModel(nn.Module):
-    """Attention-only model as a reader would write it, embeddings materialised."""
-
-    def __init__(self, problem):
-        super().__init__()
-        d = problem.cfg.d
-        self.p = problem
-        self.W_V = nn.Parameter(torch.zeros(d, d))
-        self.W_KQ = nn.Parameter(torch.zeros(d, d))
-
-    def forward(self, tokens, pos):
-        p = self.p
-        h = p.E[tokens]                                                   # (N, L, d)
-        h = h + nn.functional.one_hot(pos, tokens.shape[1]).unsqueeze(-1).to(h.dtype) * p.z_trig
-        a = torch.softmax(h @ (self.W_KQ @ p.z_eos), dim=1)              # (N, L)
-        o = (a.unsqueeze(-1) * h).sum(1)                                  # (N, d)
-        return o @ self.W_V.T @ p.U.T                                     # (N, V)
-
-
-def naive_three_steps(problem, batch, s=STEPS):
-    model = NaiveModel(problem)
-
-    def grads():
-        model.zero_grad()
-        nn.functional.cross_entropy(model(batch.tokens, batch.pos), batch.labels).backward()
-        return model.W_V.grad.clone(), model.W_KQ.grad.clone()
-
-    gV0 = grads()[0]
-    with torch.no_grad():
-        model.W_V -= s.eta * gV0
-    gW = grads()[1]
-    with torch.no_grad():
-        model.W_KQ -= s.gamma_W * gW
-    gV = grads()[0]
-    with torch.no_grad():
-        model.W_V -= s.gamma_V * gV
-    return model.W_V.detach(), model.W_KQ.detach()
-
-
-def timed(fn, repeat=3):
-    best = float("inf")
+def median_time(fn, repeat):
+    times, out = [], None
     for _ in range(repeat):
         t = time.perf_counter()
         out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
 
 
-def row(V, d, L, N, with_naive, repeat):
-    cfg = lib.TaskConfig(V=V, d=d, L=L, device="cpu")
-    problem = lib.make_problem(cfg, 0)
-    batch = lib.sample_batch(problem, N, 0)
-    flat = batch.tokens.reshape(-1)
-    t_floor, _ = timed(lambda: torch.bincount(flat, minlength=V), repeat)
-    t_lim, _ = timed(lambda: lib.three_steps(problem, batch, "limit"), repeat)
-    t_fin, fin = timed(lambda: lib.three_steps(problem, batch, "finite", STEPS), repeat)
-    line = (f"{V:>5} {d:>4} {L:>3} {N:>8} | floor {t_floor:7.3f}s | lib limit {t_lim:7.3f}s "
-            f"({t_lim / t_floor:5.1f}x floor) | lib finite {t_fin:7.3f}s ({t_fin / t_floor:5.1f}x floor)")
-    if with_naive:
-        t_naive, (W_V, W_KQ) = timed(lambda: naive_three_steps(problem, batch), max(1, repeat - 1))
-        err = float((W_V - fin.V2).norm() / fin.V2.norm())
-        line += (f" | naive {t_naive:7.3f}s: lib finite {t_naive / t_fin:5.1f}x faster, "
-                 f"lib limit {t_naive / t_lim:6.1f}x faster (finite rel. diff {err:.1e})")
-    else:
-        need = N * L * d * 4 * 6 / 2 ** 30
-        line += f" | naive n/a (needs ~{need:.0f} GiB)"
-    print(line, flush=True)
+CHILD = """
+import sys, time, statistics, torch
+sys.path.insert(0, sys.argv[1])
+import lib
+assert lib.__version__ == "0.1.0", lib.__file__
+d = torch.load(sys.argv[2])
+cfg = lib.TaskConfig(V=d["V"], d=d["d"], L=d["L"], device="cpu")
+p = lib.embeddings.Problem(cfg, d["E"], d["U"], d["z_trig"], d["z_eos"], d["perm"], None)
+b = lib.Batch(d["tokens"], d["pos"], d["labels"])
+s = lib.StepSizes(eta=0.01, gamma_W=1e8, gamma_V=1e3)
+ts = []
+for _ in range(int(sys.argv[4])):
+    t = time.perf_counter(); r = lib.three_steps(p, b, "finite", s); ts.append(time.perf_counter() - t)
+t = time.perf_counter(); lib.three_steps(p, b, "limit"); t_lim = time.perf_counter() - t
+torch.save({"V2": r.V2, "t": statistics.median(ts), "t_lim": t_lim}, sys.argv[3])
+"""
+
+
+def before_finite(problem, batch, repeat):
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        root = Path(__file__).resolve().parents[1]
+        archive = subprocess.run(["git", "-C", str(root), "archive", BEFORE, "lib"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+        cfg = problem.cfg
+        torch.save({"V": cfg.V, "d": cfg.d, "L": cfg.L, "E": problem.E, "U": problem.U, "z_trig": problem.z_trig,
+                    "z_eos": problem.z_eos, "perm": problem.perm, "tokens": batch.tokens, "pos": batch.pos,
+                    "labels": batch.labels}, tmp / "in.pt")
+        subprocess.run([sys.executable, "-c", CHILD, str(tmp), str(tmp / "in.pt"), str(tmp / "out.pt"), str(repeat)],
+                       check=True)
+        return torch.load(tmp / "out.pt")
 
 
 def peak_memory_child(V, d, L, N):
-    """Run the limit-mode steps in a fresh process; return (seconds, peak RSS in GiB)."""
     code = (
-        "import time, resource, lib\n"
+        "import time, lib\n"
         f"cfg = lib.TaskConfig(V={V}, d={d}, L={L}, device='cpu')\n"
         "p = lib.make_problem(cfg, 0)\n"
         f"b = lib.sample_batch(p, {N}, 0)\n"
+        "rss = lambda key: int([l for l in open('/proc/self/status') if l.startswith(key)][0].split()[1])\n"
+        "before = rss('VmRSS')\n"
         "t = time.perf_counter(); r = lib.three_steps(p, b, 'limit'); t = time.perf_counter() - t\n"
-        "acc = lib.evaluate(p, r.params, 8192)\n"
-        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
-        "print(t, int(hwm) / 2**20, acc.acc, acc.att_acc)\n")
+        "print(t, rss('VmHWM') / 2**20, before / 2**20)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    t, gib, acc, att = map(float, out.stdout.split())
-    return t, gib, acc, att
+    return map(float, out.stdout.split())
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
+    ap.add_argument("--V", type=int, default=1024)
+    ap.add_argument("--d", type=int, default=256)
+    ap.add_argument("--L", type=int, default=64)
+    ap.add_argument("--N", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat-finite", type=int, default=1)
     a = ap.parse_args()
-    torch.manual_seed(0)
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; times are best of 3")
-    print("    V    d   L        N | ...")
-    if a.quick:
-        row(128, 32, 8, 4096, True, 2)
-        return
-    for N in (4096, 16384, 65536):
-        row(512, 128, 32, N, True, 3)
-    for N in (65536, 262144, 1_000_000):
-        row(1024, 256, 64, N, False, 2)
-    t, gib, acc, att = peak_memory_child(1024, 256, 64, 1_000_000)
-    print(f"N = 10^6, L = 64, V = 1024, d = 256 (fresh process): limit steps {t:.2f} s, "
-          f"peak RSS {gib:.2f} GiB (tokens alone: {1e6 * 64 * 8 / 2**30:.2f} GiB), "
-          f"test acc {acc:.4f}, attention acc {att:.4f}")
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; V={a.V} d={a.d} L={a.L} N={a.N}", flush=True)
+    cfg = lib.TaskConfig(V=a.V, d=a.d, L=a.L, device="cpu")
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, a.N, 0)
+    flat = batch.tokens.reshape(-1)
+    t_floor, _ = median_time(lambda: torch.bincount(flat, minlength=cfg.V_in), a.repeat)
+    t_lim, _ = median_time(lambda: lib.three_steps(problem, batch, "limit"), a.repeat)
+    print(f"floor (bincount) {t_floor:.3f} s | limit {t_lim:.3f} s = {t_lim / t_floor:.1f}x the floor "
+          f"(medians of {a.repeat})", flush=True)
+    t_fin, fin = median_time(lambda: lib.three_steps(problem, batch, "finite",
+                                                     step_sizes=lib.StepSizes(**STEPS)), a.repeat_finite)
+    old = before_finite(problem, batch, a.repeat_finite)
+    diff = float((fin.V2 - old["V2"]).norm() / old["V2"].norm())
+    print(f"finite: before ({BEFORE}) {old['t']:.2f} s | after {t_fin:.2f} s = {old['t'] / t_fin:.2f}x faster "
+          f"(V2 relative difference {diff:.1e}); limit before {old['t_lim']:.2f} s = "
+          f"{old['t_lim'] / t_lim:.2f}x faster now", flush=True)
+    t, peak, base = peak_memory_child(a.V, a.d, a.L, a.N)
+    print(f"fresh process, limit mode: {t:.2f} s, peak RSS {peak:.2f} GiB (RSS before the steps {base:.2f} GiB; "
+          f"token ids alone {a.N * a.L * 8 / 2**30:.2f} GiB)")
 
 
 if __name__ == "__main__":

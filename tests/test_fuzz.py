@@ -51,7 +51,7 @@ def fit_orthogonal(p):
 
 @settings(**SETTINGS)
 @given(p=valid)
-def test_valid_configurations_give_finite_results(p):
+def test_smoke_valid_configurations_run_and_stay_finite(p):
     try:
         res, acc = run(fit_orthogonal(p))
     except ValueError as err:   # only a refused overflow, and only at extreme scales
@@ -93,7 +93,7 @@ def test_one_bad_field_is_named(p, field, data):
 @settings(max_examples=40, deadline=None)
 @given(g=st.sampled_from([1.0, 1e3, 1e6, 1e9, 1e12]), eta=st.sampled_from([1e-6, 1e-2, 1.0, 1e3, 1e12]),
        model=st.sampled_from(["attn", "mlp"]), dtype=st.sampled_from(["float32", "float64"]))
-def test_huge_step_sizes_stay_finite(g, eta, model, dtype):
+def test_smoke_huge_step_sizes_stay_finite(g, eta, model, dtype):
     cfg = lib.TaskConfig(V=16, d=8, L=6, model=model, m=12 if model == "mlp" else None, dtype=dtype, device="cpu")
     problem = lib.make_problem(cfg, 1)
     batch = lib.sample_batch(problem, 300, 1)
