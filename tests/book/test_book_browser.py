@@ -125,8 +125,8 @@ function report(status) {
                           .map(e => e.textContent.trim().slice(0, 80));
   const errors = Array.from(document.querySelectorAll('mjx-merror'))
                       .map(e => (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 80));
-  // The text a reader reads: the page without code, scripts and typeset formulas.
-  const clone = (document.querySelector('main') || document.body || document.documentElement).cloneNode(true);
+  // The text a reader reads: the whole page (sidebars included) without code, scripts and typeset formulas.
+  const clone = (document.body || document.documentElement).cloneNode(true);
   clone.querySelectorAll('pre, code, script, style, mjx-container, mjx-assistive-mml, .highlight')
        .forEach(e => e.remove());
   const text = clone.textContent;
