@@ -255,13 +255,17 @@ def step1_bag_accuracy(L: int, V: int) -> float:
     return (1 - L * (L - 1) / (2 * V)) / L + (L - 1) / V
 
 
-def step1_trigger_key(L: int, V: int, z2: float = 1.0) -> float:
+def step1_trigger_key(L: int, V: int, z2: float = 1.0, N: int | None = None) -> float:
     """Leading order of z_trig . k (the step-2 direction's trigger component) from the signal term:
-    (|z|^2 / L) (1 - 1/L)(1 - 1/V) / (V L). Only the signal term contributes at this order (chapter 4)."""
+    |z|^2 f (1 - 1/L)(1 - 1/V) / (V L^2), with f = 1 + (V - 1)/N the self-count factor (each sample's
+    informative token is counted in its own n_{x*}, so the sample average of n_{x*}/N is f/V in
+    expectation); N=None gives the N -> infinity limit f = 1. Only the signal term contributes at this
+    order (chapter 4)."""
     L, V = check_int("L", L, 1), check_int("V", V, 2)
     if not (z2 > 0 and math.isfinite(z2)):
         raise ValueError(f"z2 must be a positive finite number, got {z2!r}")
-    return z2 * (1 - 1 / L) * (1 - 1 / V) / (V * L * L)
+    f = 1.0 if N is None else 1.0 + (V - 1) / check_int("N", N, 1)
+    return z2 * f * (1 - 1 / L) * (1 - 1 / V) / (V * L * L)
 
 
 def coverage_mean(N: int, V: int) -> float:

@@ -68,8 +68,22 @@ def test_trigger_key_matches_step_two():
     p = lib.make_problem(cfg, 1)
     out = lib.three_steps(p, lib.sample_batch(p, 20000, 1), "limit")
     z = p.z_trig
-    pred = theory.step1_trigger_key(4, 64, float(z @ z))
+    pred = theory.step1_trigger_key(4, 64, float(z @ z), N=20000)
     assert 0.9 < float(out.k @ z) / pred < 1.1
+
+
+def test_trigger_key_self_count_factor_at_small_N():
+    # at N = 2V the self-count factor f = 1 + (V - 1)/N is about 1.5: without it the ratio is ~1.5
+    cfg = lib.TaskConfig(V=64, d=256, L=4, dtype="float64", device="cpu")
+    ratios = []
+    for seed in range(24):
+        p = lib.make_problem(cfg, seed)
+        out = lib.three_steps(p, lib.sample_batch(p, 128, seed), "limit")
+        z = p.z_trig
+        ratios.append(float(out.k @ z) / theory.step1_trigger_key(4, 64, float(z @ z), N=128))
+    assert 0.85 < sum(ratios) / len(ratios) < 1.15, ratios
+    with pytest.raises(ValueError, match="N"):
+        theory.step1_trigger_key(4, 64, 1.0, N=0)
 
 
 def test_coverage_and_coupon_collector_match_simulation():
