@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 import lib
 
@@ -15,3 +16,15 @@ def small_cfg(**kw):
 @pytest.fixture
 def cfg64():
     return small_cfg
+
+
+def rel(a, b):
+    """Relative difference |a - b| / |b| (|b| floored at 1e-300)."""
+    return float((a - b).norm() / max(float(b.norm()), 1e-300))
+
+
+def random_params(cfg, seed, scale=1.0):
+    """Random float64 (W_V, W_KQ) of the right shapes, from an explicit generator."""
+    g = torch.Generator().manual_seed(seed)
+    return lib.Params(scale * torch.randn(cfg.d, cfg.width, generator=g, dtype=torch.float64),
+                      scale * torch.randn(cfg.d, cfg.d, generator=g, dtype=torch.float64))

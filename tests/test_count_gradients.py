@@ -8,17 +8,7 @@ import torch
 
 import lib
 from lib.trainer import TrainConfig, gd_counts, train_transformer
-from conftest import small_cfg
-
-
-def rel(a, b):
-    return float((a - b).norm() / max(float(b.norm()), 1e-300))
-
-
-def random_params(cfg, seed, scale=1.0):
-    g = torch.Generator().manual_seed(seed)
-    return lib.Params(scale * torch.randn(cfg.d, cfg.width, generator=g, dtype=torch.float64),
-                      scale * torch.randn(cfg.d, cfg.d, generator=g, dtype=torch.float64))
+from conftest import small_cfg, rel, random_params
 
 
 CASES = list(itertools.product(["attn", "mlp"], ["unit", "raw"], [True, False], [False, True], [None, 3]))

@@ -5,13 +5,9 @@ import pytest
 import torch
 
 import lib
-from conftest import small_cfg
+from conftest import small_cfg, rel
 
 CASES = list(itertools.product(["attn", "mlp"], [True, False], [False, True], [None, 3], ["limit", "finite"]))
-
-
-def rel(a, b):
-    return float((a - b).norm() / max(float(b.norm()), 1e-300))
 
 
 @pytest.mark.parametrize("model,tiv,eos,noise,mode", CASES)

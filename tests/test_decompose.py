@@ -10,11 +10,7 @@ import torch.nn.functional as Fn
 import lib
 import lib.counts as counts
 from lib.decompose import FINE_TERMS, GROUPS, decompose, memory_counts, pooled
-from conftest import small_cfg
-
-
-def rel(a, b):
-    return float((a - b).norm() / max(float(b.norm()), 1e-300))
+from conftest import small_cfg, rel
 
 
 def attn_of(kind, problem, batch, seed):

@@ -5,22 +5,12 @@ import pytest
 import torch
 
 import lib
-from conftest import small_cfg
+from conftest import small_cfg, rel, random_params
 
 
 def autograd(problem, params, batch):
     g = lib.autograd_gradients(problem, params, batch)
     return g.W_V, g.W_KQ
-
-
-def rel(a, b):
-    return float((a - b).norm() / max(float(b.norm()), 1e-300))
-
-
-def random_params(cfg, seed, scale=1.0):
-    g = torch.Generator().manual_seed(seed)
-    return lib.Params(scale * torch.randn(cfg.d, cfg.width, generator=g, dtype=torch.float64),
-                      scale * torch.randn(cfg.d, cfg.d, generator=g, dtype=torch.float64))
 
 
 SIZES = [(2, 1, 1, 1), (2, 3, 1, 2), (3, 1, 4, 1), (7, 5, 4, 6), (10, 3, 6, 9), (16, 8, 5, 1)]
