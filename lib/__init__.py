@@ -16,14 +16,16 @@ chapter in brackets):
   evaluate     test, attention and oracle-attention accuracy                                   [all]
   experiment   run(cfg, N, ...): the one-call experiment over seeds                            [4-7]
   search       the one monotone search (doubling, then bisection)                              [2, 4-7]
-  capacity     critical sample size N*, with a resumable cache                                 [4-7]
+  store        the crash-safe, append-only store of evaluated points (JSON lines, checksums)   [4-7]
+  capacity     critical sample size N* on that store (resumable)                               [4-7]
   optim        the full-batch GD / Adam loop                                                   [2, 7]
+  sweep        N* over grids of configurations: resumable, parallel (joblib), bootstrap N*     [7]
   memory       linear associative memories and their capacities                                [2]
   trainer      multi-step training of the transformers (autograd, and GD on the count route)   [7]
   construct    a transformer built by hand, Bayes accuracy                                     [1]
   theory       closed-form predictions and fits                                                [2-3]
   plotting     figure helpers with the book's colours                                          [all]
-  cli          `python -m lib train | nstar`
+  cli          `python -m lib train | nstar | sweep`
 """
 
 from .config import TaskConfig, default_device
@@ -37,14 +39,15 @@ from .schedule import three_steps
 from .evaluate import N_TEST, Accuracy, evaluate, predict
 from .experiment import RunResult, run
 from . import (capacity, construct, counts, decompose, featuremaps, margins, memory, plotting, search,  # noqa: F401
-               theory, tokens, trainer)
+               store, sweep, theory, tokens, trainer)
 
 __all__ = [
     "TaskConfig", "default_device", "derive_seed", "generator", "seed_everything", "Problem",
     "make_problem", "Batch", "keys_values", "sample_batch", "Params", "activation", "cross_entropy",
     "features", "forward", "loss", "zero_params", "Gradients", "autograd_gradients", "gradients",
     "StepSizes", "ThreeSteps", "three_steps", "N_TEST", "Accuracy", "evaluate", "predict", "RunResult", "run",
-    "capacity", "construct", "counts", "decompose", "featuremaps", "margins", "memory", "plotting", "search", "theory", "tokens",
+    "capacity", "construct", "counts", "decompose", "featuremaps", "margins", "memory", "plotting", "search", "store",
+    "sweep", "theory", "tokens",
     "trainer",
 ]
 __version__ = "0.2.0"

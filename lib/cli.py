@@ -1,4 +1,8 @@
-"""The command line: `python -m lib train ...` and `python -m lib nstar ...` (SPEC.md contract).
+"""The command line: `python -m lib train | nstar | sweep ...` (SPEC.md contract).
+
+`sweep` takes several values for --V, --d, --L and --m, runs N* for every point of their grid
+(`lib.sweep`), resumable through --cache and parallel through --jobs; with --json it prints one JSON
+object per grid point, in grid order (the last flag varies fastest: V, then d, then L, then m).
 
 Invalid values exit with status 2 and one line naming the parameter, e.g.
 `python -m lib train: error: V must be an integer >= 2, got 0`.
@@ -12,6 +16,7 @@ import statistics
 import sys
 import time
 
+from . import sweep as sweep_engine
 from .capacity import nstar
 from .config import ACTIVATIONS, EMBEDDINGS, MLP_INPUTS, MODELS, TaskConfig, default_device
 from .evaluate import N_TEST
@@ -26,12 +31,14 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _add_problem_args(p: argparse.ArgumentParser) -> None:
+def _add_problem_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
+    many = dict(nargs="+") if multi else {}
+    each = " (one or more values)" if multi else ""
     p.add_argument("--model", default="attn", help=f"one of {', '.join(MODELS)} (default attn)")
-    p.add_argument("--V", type=int, required=True, help="vocabulary size")
-    p.add_argument("--d", type=int, required=True, help="embedding dimension")
-    p.add_argument("--L", type=int, required=True, help="sequence length")
-    p.add_argument("--m", type=int, default=None, help="MLP width (required for --model mlp)")
+    p.add_argument("--V", type=int, required=True, help="vocabulary size" + each, **many)
+    p.add_argument("--d", type=int, required=True, help="embedding dimension" + each, **many)
+    p.add_argument("--L", type=int, required=True, help="sequence length" + each, **many)
+    p.add_argument("--m", type=int, default=None, help="MLP width (required for --model mlp)" + each, **many)
     p.add_argument("--activation", default="he3", help=f"MLP activation: {', '.join(ACTIVATIONS)}")
     p.add_argument("--mlp-input", default="unit", help=f"MLP input normalisation: {', '.join(MLP_INPUTS)} "
                    "(default unit: sigma(F o/|o|))")
@@ -55,8 +62,10 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _config(a) -> TaskConfig:
-    return TaskConfig(V=a.V, d=a.d, L=a.L, model=a.model, m=a.m, activation=a.activation,
+def _config(a, V=None, d=None, L=None, m=None) -> TaskConfig:
+    V, d, L = (a.V if V is None else V), (a.d if d is None else d), (a.L if L is None else L)
+    m = a.m if m is None else m
+    return TaskConfig(V=V, d=d, L=L, model=a.model, m=m, activation=a.activation,
                       mlp_input=a.mlp_input, embedding=a.embedding, tied=a.tied, tau=a.tau, trigger_in_value=a.trigger_in_value,
                       eos_key=a.eos_key, noise_vocab=a.noise_vocab, dtype=a.dtype, device=a.device)
 
@@ -76,12 +85,54 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--threshold", type=float, default=0.99, help="target test accuracy (default 0.99)")
     n.add_argument("--n-min", type=int, default=None, help="first N tried (default V)")
     n.add_argument("--n-max", type=int, default=2 ** 20, help="give up above this N (default 2^20)")
-    n.add_argument("--cache", default=None, help="JSON file caching evaluated points (resumable)")
+    _add_search_args(n)
+    w = sub.add_parser("sweep", help="N* for every point of a grid over V, d, L (and m): resumable, parallel")
+    _add_problem_args(w, multi=True)
+    w.add_argument("--seeds", type=int, default=3, help="number of seeds (problems) to average over (default 3)")
+    w.add_argument("--threshold", type=float, default=0.99, help="target test accuracy (default 0.99)")
+    w.add_argument("--n-min", type=int, default=None, help="first N tried (default V)")
+    w.add_argument("--n-max", type=int, default=2 ** 20, help="give up above this N (default 2^20)")
+    _add_search_args(w)
+    w.add_argument("--jobs", type=int, default=1, help="worker processes (joblib; -1: all cores; default 1)")
+    w.add_argument("--backend", default=None, help="joblib backend for --jobs (default loky; e.g. dask, ray)")
+    w.add_argument("--progress", action="store_true", help="a progress bar over grid points on stderr")
     return parser
+
+
+def _add_search_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--resolution", type=float, default=0.05,
+                   help="bisect until the bracket is within this fraction of N* (default 0.05)")
+    p.add_argument("--cache", default=None, help="JSON-lines store of evaluated points (crash-safe, resumable)")
 
 
 def _step_sizes(a) -> StepSizes:
     return StepSizes(eta=a.eta, gamma_W=a.gamma_w, gamma_V=a.gamma_v, attn_scale=a.attn_scale)
+
+
+def _strict(point: dict, mode: str) -> dict:
+    """A point for strict JSON: gamma_W is infinite in limit mode, printed as null (as `train` does)."""
+    if mode == "limit":
+        point["per_seed"] = {**point["per_seed"], "gamma_W": None}
+    return point
+
+
+def _sweep(a) -> None:
+    ms = a.m if a.m is not None else [None]
+    configs = [_config(a, V, d, L, m) for V in a.V for d in a.d for L in a.L for m in ms]
+    points = sweep_engine.sweep(configs, threshold=a.threshold, seeds=a.seeds, seed=a.seed, mode=a.mode,
+                                step_sizes=_step_sizes(a), n_min=a.n_min, n_max=a.n_max,
+                                resolution=a.resolution, n_test=a.n_test, cache=a.cache, jobs=a.jobs,
+                                progress=a.progress, backend=a.backend)
+    for p in points:
+        if a.json:
+            print(json.dumps(p.as_dict()))
+        else:
+            found = p.nstar if p.nstar is not None else f"not reached by --n-max {a.n_max}"
+            interval = "" if p.nstar_q10 == p.nstar_q90 == p.nstar else \
+                f"  [10-90 %: {p.nstar_q10 if p.nstar_q10 is not None else '-'}, " \
+                f"{p.nstar_q90 if p.nstar_q90 is not None else 'not reached'}]"
+            print(f"{p.model} V={p.V} d={p.d} L={p.L}" + (f" m={p.m}" if p.m is not None else "")
+                  + f"  N* = {found}{interval}  ({len(p.points)} points, {p.computed} computed, {p.seconds:.1f} s)")
 
 
 def main(argv=None) -> int:
@@ -110,13 +161,17 @@ def main(argv=None) -> int:
                           + " ".join(f"{x:.4f}" for x in v))
                 if a.mode == "finite":
                     print("  gamma_W     " + " ".join(f"{x:.4g}" for x in gamma_W))
+        elif a.command == "sweep":
+            _sweep(a)
         else:
             res = nstar(_config(a), a.threshold, seeds=a.seeds, seed=a.seed, n_min=a.n_min, n_max=a.n_max,
-                        mode=a.mode, n_test=a.n_test, step_sizes=_step_sizes(a), cache=a.cache)
+                        mode=a.mode, n_test=a.n_test, resolution=a.resolution, step_sizes=_step_sizes(a),
+                        cache=a.cache)
             elapsed = time.perf_counter() - t0
             if a.json:
-                print(json.dumps({"nstar": res.nstar, "threshold": res.threshold, "seconds": elapsed,
-                                  "runs": res.runs, "points": [p.as_dict() for p in res.points]}))
+                print(json.dumps({"nstar": res.nstar, "last_false": res.last_false, "threshold": res.threshold,
+                                  "seconds": elapsed, "runs": res.runs,
+                                  "points": [_strict(p.as_dict(), a.mode) for p in res.points]}))
             else:
                 for p in res.points:
                     print(f"  N={p.N:<9d} acc={p.acc:.4f} ± {p.acc_std:.4f}  att_acc={p.att_acc:.4f}  "

@@ -75,6 +75,7 @@ an (N,) long tensor of attended positions (hard attention; K - 1 = L is EOS when
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -384,3 +385,55 @@ def pooled_terms(cfg, N: int, seeds, n_test: int = 400, scheme: str | None = "st
         for name, t in dec.off_label(scheme).items():
             off.setdefault(name, []).append(t.reshape(-1)[:max_off])
     return {name: (torch.cat(at[name]), torch.cat(off[name]), torch.stack(means[name])) for name in at}
+
+
+def oracle_memory_logits(problem: Problem, counts) -> torch.Tensor:
+    """Logits (V, V) of the step-3 memory under oracle attention, row x = content token x, column k.
+
+    `counts` (V,): how often each content token was informative in training (N = counts.sum()).
+    The memory is G3 = sum_i (n_i / N)(u_{Pi i} - u_bar)(e_i + s)^T with s the trigger when it rides
+    in the value path (0 otherwise), read at e_x + s. O(V d^2): cheap enough for many problems.
+    """
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
+    V = problem.cfg.V
+    n = torch.as_tensor(counts)
+    if n.shape != (V,) or bool((n < 0).any()) or float(n.sum()) <= 0:
+        raise ValueError(f"counts must be a ({V},) tensor of non-negative counts with a positive sum")
+    E = problem.E[:V]
+    s = problem.z_trig if problem.cfg.trigger_in_value else torch.zeros_like(problem.z_trig)
+    f = n.to(E.dtype).to(E.device) / float(n.sum())
+    keys = E + s                                                   # (V, d): e_i + s
+    G = ((problem.U_perm - problem.u_bar) * f[:, None]).T @ keys     # (d, d)
+    return (keys @ G.T) @ problem.U.T
+
+
+def oracle_memory_accuracy(problem: Problem, counts) -> float:
+    """Recall accuracy over all V content tokens of `oracle_memory_logits` (ties count as errors)."""
+    logits = oracle_memory_logits(problem, counts)
+    V = logits.shape[0]
+    y = problem.perm.to(logits.device)
+    correct = logits.gather(1, y[:, None])[:, 0]
+    logits[torch.arange(V, device=logits.device), y] = -torch.inf
+    return float((correct > logits.max(1).values).double().mean())
+
+
+def oracle_memory_curve(cfg, Ns, problems: int, seed: int = 0) -> tuple:
+    """Mean and standard error over `problems` problems (seeds seed, seed+1, ...) of
+    `oracle_memory_accuracy` at each N in `Ns`, the counts of each problem nested in N (the informative
+    tokens of one `sample_batch`, its first N samples). Returns (mean, se), numpy arrays of len(Ns)."""
+    import numpy as np
+    from .config import check_int
+    from .task import sample_batch
+    from .embeddings import make_problem
+    problems = check_int("problems", problems, 2)
+    Ns = [check_int("N", N, 1) for N in Ns]
+    if not Ns:
+        raise ValueError("Ns must name at least one N")
+    acc = np.zeros((problems, len(Ns)))
+    for j in range(problems):
+        pr = make_problem(cfg, seed + j)
+        tokens = sample_batch(pr, max(Ns), seed + j).informative
+        for i, N in enumerate(Ns):
+            acc[j, i] = oracle_memory_accuracy(pr, torch.bincount(tokens[:N], minlength=cfg.V))
+    return acc.mean(0), acc.std(0, ddof=1) / math.sqrt(problems)

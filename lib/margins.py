@@ -14,6 +14,8 @@ attention_accuracy    the exact expected attention accuracy over fresh samples, 
                       (1/V) sum_i F(mu + sigma_i)^(L-1), F the CDF of sigma over uniform tokens
 margins               per-sample margin mu + sigma_{x_l} - max_{t != l} sigma_{x_t} on a batch
 k_population          E[k] in the limit N -> infinity (the book's derivation, chapter 5), exactly
+k_self_term           D = E[|a|^2 C o] for one sample paired with itself, exactly (chapter 5)
+k_mean                E[k | problem, N] = (1 - 1/N) k_population + D / N, exactly
 score_stats           mu, the spread of sigma across tokens, and their ratio (the signal-to-noise ratio)
 """
 
@@ -97,12 +99,8 @@ def k_population(problem: Problem) -> torch.Tensor:
     S = (1/V) sum_j e_j e_j^T, ebar = (1/V) sum_j e_j. Since sum_i a_i = 0, sum_i w_i = 0 and the S and
     ebar ebar^T parts drop out. Defaults only: shared vocabulary, trigger in the value path, no EOS key.
     """
-    if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
-    cfg = problem.cfg
-    if cfg.model != "attn" or cfg.noise_vocab or not cfg.trigger_in_value or cfg.eos_key:
-        raise ValueError("k_population needs model='attn', no noise_vocab, trigger_in_value=True, eos_key=False")
-    V, L = cfg.V, cfg.L
+    _check_population(problem, "k_population")
+    V, L = problem.cfg.V, problem.cfg.L
     E, z = problem.E, problem.z_trig
     a = problem.U_perm - problem.u_bar                               # (V, d)
     H = E + z                                                        # (V, d): h_i
@@ -110,6 +108,62 @@ def k_population(problem: Problem) -> torch.Tensor:
     ebar = E.mean(0)
     hw = (H * W).sum(1)                                              # (V,): h_i . w_i
     return (L - 1) / L ** 2 * (H.T @ hw - H.T @ (W @ ebar) - ebar * hw.sum()) / V
+
+
+def _check_population(problem: Problem, name: str):
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
+    cfg = problem.cfg
+    if cfg.model != "attn" or cfg.noise_vocab or not cfg.trigger_in_value or cfg.eos_key:
+        raise ValueError(f"{name} needs model='attn', no noise_vocab, trigger_in_value=True, eos_key=False")
+
+
+def k_self_term(problem: Problem) -> torch.Tensor:
+    """D = (1/V) sum_i |a_i|^2 E[C o_bar | i]: the mean of one sample's pairing with itself in
+    k = (1/N^2) sum_{n,m} (a_n . a_m) C_n o_bar_m (the book's derivation, chapter 5), exactly.
+
+    With h = e_i + z_trig, the m = L - 1 other tokens i.i.d. uniform, s = L o_bar = h + X:
+      E[(1/L) sum_t h_t (h_t . o_bar)] = [h|h|^2 + m h (h.ebar) + m S h + m T + m(m-1) S ebar] / L^2,
+      E[s |s|^2] = h|h|^2 + 2m h(h.ebar) + h(m tr S + m(m-1)|ebar|^2) + m ebar |h|^2 + 2m S h
+                   + 2m(m-1) ebar (ebar.h) + m T + 2m(m-1) S ebar + m(m-1) ebar tr S
+                   + m(m-1)(m-2) ebar |ebar|^2,
+    and E[C o_bar | i] = first - E[s|s|^2] / L^3; S = (1/V) sum_j e_j e_j^T, ebar = mean e_j,
+    T = (1/V) sum_j e_j |e_j|^2 (the third moment of a uniform token). Defaults only, as k_population.
+    """
+    _check_population(problem, "k_self_term")
+    L = problem.cfg.L
+    m = L - 1
+    E, z = problem.E, problem.z_trig
+    A = problem.U_perm - problem.u_bar
+    alpha = A.pow(2).sum(1)                                          # (V,) |a_i|^2
+    H = E + z                                                        # (V, d) rows h_i
+    eb = E.mean(0)
+    S = E.T @ E / E.shape[0]
+    T = (E * E.pow(2).sum(1, keepdim=True)).mean(0)
+    trS, ebeb = float(torch.trace(S)), float(eb @ eb)
+    Seb = S @ eb
+    hh, heb = H.pow(2).sum(1), H @ eb                                # (V,)
+    w = alpha / alpha.numel()                                        # weights |a_i|^2 / V
+    wh = w @ H                                                       # sum_i w_i h_i
+    whh = (w * hh) @ H                                               # sum_i w_i h_i |h_i|^2
+    wheb = (w * heb) @ H                                             # sum_i w_i h_i (h_i . ebar)
+    Swh = S @ wh
+    W, Whh, Wheb = float(w.sum()), float(w @ hh), float(w @ heb)
+    first = (whh + m * wheb + m * Swh + W * (m * T + m * (m - 1) * Seb)) / L ** 2
+    cube = (whh + 2 * m * wheb + wh * (m * trS + m * (m - 1) * ebeb) + m * eb * Whh + 2 * m * Swh
+            + 2 * m * (m - 1) * eb * Wheb
+            + W * (m * T + 2 * m * (m - 1) * Seb + m * (m - 1) * eb * trS + m * (m - 1) * (m - 2) * eb * ebeb))
+    return first - cube / L ** 3
+
+
+def k_mean(problem: Problem, N: int) -> torch.Tensor:
+    """E[k | problem, N] over batches of N samples: (1 - 1/N) k_population + k_self_term / N, exactly.
+
+    The pairs n != m of the double sum are independent samples and average to k_population; the N
+    pairs n = m average to D = k_self_term."""
+    from .config import check_int
+    N = check_int("N", N, 1)
+    return (1 - 1 / N) * k_population(problem) + k_self_term(problem) / N
 
 
 def attention_accuracy_at(cfg, N: int, seed: int = 0) -> float:

@@ -132,3 +132,46 @@ def trained_capacity(d: int, threshold: float = 0.99, seeds: int = 2, embedding:
     cfg = TrainConfig(steps=check_int("steps", steps, 1), lr=lr, optimizer="adam",
                       target_acc=check_float("threshold", threshold, 0.0, 1.0, strict_min=True))
     return _capacity(d, threshold, seeds, embedding, n_max, lambda m: train_memory(m, cfg)[0], resolution)
+
+
+# ----------------------------------------------------------------------------- chapter 8
+
+def population_recall(cfg, seed: int = 0) -> float:
+    """Recall accuracy of the three steps' final memory in the limit of exact counts (every token
+    informative N / V times) with oracle attention: G = (1/V) sum_j (u_{Pi j} - u_bar) phi(v_j)^T,
+    v_j = e_j (+ z_trig with the trigger in the value path), accuracy over the V tokens of
+    argmax_k u_k^T G phi(v_x). The N -> infinity limit of G3 for any model of `lib.featuremaps`."""
+    from .config import TaskConfig
+    from .embeddings import make_problem
+
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    problem = make_problem(cfg, check_int("seed", seed, 0))
+    V = cfg.V
+    values = problem.E[:V] + (problem.z_trig if cfg.trigger_in_value else 0.0)
+    phi = problem.features.phi(values, problem.F)                       # (V, width)
+    G = (problem.U_perm - problem.u_bar).T @ phi / V                     # (d, width)
+    hits = 0
+    for s in range(0, V, 2048):
+        logits = phi[s:s + 2048] @ G.T @ problem.U.T                     # (chunk, V)
+        hits += int((logits.argmax(1) == problem.perm[s:s + 2048]).sum())
+    return hits / V
+
+
+def population_capacity(cfg, threshold: float = 0.99, seeds: int = 2, v_max: int = 2 ** 14,
+                        resolution: float = 0.05) -> int:
+    """Largest V whose `population_recall` (mean over seeds) is >= threshold, with every other field
+    of cfg fixed (V of cfg is ignored): doubling then bisection (`lib.search`); 0 if not even V = 2."""
+    from .config import TaskConfig
+
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    seeds, v_max = check_int("seeds", seeds, 1), check_int("v_max", v_max, 2)
+    threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
+
+    def too_many(V):
+        c = cfg.with_(V=V)
+        return sum(population_recall(c, s) for s in range(seeds)) / seeds < threshold
+
+    found = threshold_search(too_many, 2, v_max, resolution)
+    return found.last_false or 0

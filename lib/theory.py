@@ -7,6 +7,7 @@ memory, parameter counts, and least-squares power-law fits on log-log axes.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -76,6 +77,21 @@ def fit_power_law(x, y) -> tuple[float, float]:
         raise ValueError("x and y must be positive for a log-log fit")
     slope, logc = np.polyfit(np.log(x), np.log(y), 1)
     return float(slope), float(math.exp(logc))
+
+
+def fit_power_law_interval(x, y, k: float = 2.0) -> tuple[float, float, float]:
+    """Least-squares slope of log y on log x with its standard error: (slope, slope - k se,
+    slope + k se); k = 2 is an interval of about 95 % when the residuals are Gaussian (needs >= 3 points)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != y.shape or x.size < 3:
+        raise ValueError("x and y must be arrays of the same length >= 3")
+    if (x <= 0).any() or (y <= 0).any():
+        raise ValueError("x and y must be positive for a log-log fit")
+    lx, ly = np.log(x), np.log(y)
+    slope, icpt = np.polyfit(lx, ly, 1)
+    resid = ly - (slope * lx + icpt)
+    se = math.sqrt((resid ** 2).sum() / (x.size - 2) / ((lx - lx.mean()) ** 2).sum())
+    return float(slope), float(slope - k * se), float(slope + k * se)
 
 
 def fit_constant(num, den) -> float:
@@ -341,10 +357,12 @@ def population_min_d(L: int, threshold: float = 0.99) -> float:
 
 
 def trigger_self_bias(V: int, d: int, L: int) -> float:
-    """beta = V (1 + (L - 1)/d): the trigger's bonus on N samples is mu(N) ~ kappa |z|^2 (1 + beta/N).
-    Each sample's own trigger token has |e + z|^2 ~ 2 and meets z again in its own noise tokens."""
+    """beta = V (1 + L/d) - 1 (the book's derivation, chapter 5, leading order): the pairs of a sample
+    with itself give E[k | N] a part (beta + 1)/N kappa z along the trigger, so the trigger's bonus is
+    mu(N) ~ kappa |z|^2 (1 + beta/N). The same factor multiplies the trigger part of every token's
+    score, so it does not change the signal-to-noise ratio by itself."""
     V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 1)
-    return V * (1 + (L - 1) / d)
+    return V * (1 + L / d) - 1
 
 
 def popularity_variance(V: int, d: int) -> float:
@@ -355,26 +373,46 @@ def popularity_variance(V: int, d: int) -> float:
     return rho * (rho + 1) * (rho + 4) / V ** 4
 
 
+def self_term_noise_variance(V: int, d: int) -> float:
+    """Variance over tokens j of e_j . (S ebar - ebar / V): rho (rho^2 + 3 rho + 1) / V^4 to leading
+    order (Marchenko-Pastur moments of E E^T seen from the all-ones vector)."""
+    V, d = check_int("V", V, 2), check_int("d", d, 1)
+    rho = V / d
+    return rho * (rho * rho + 3 * rho + 1) / V ** 4
+
+
 def imbalance_noise(V: int, d: int, L: int) -> float:
-    """B: the finite-batch label imbalance adds ((L-1)/L)^3 |abar_N|^2 S ebar to k, with E|abar_N|^2
-    = (1 - 1/V)/N, so the token scores gain a spread s_N with s_N^2 / kappa^2 = B / N^2,
-    B = (L - 1)^4 V^2 popularity_variance(V, d)."""
-    L = check_int("L", L, 1)
-    return (L - 1) ** 4 * V ** 2 * popularity_variance(V, d)
+    """B (the book's derivation, chapter 5, leading order): the part of the self-term D across the
+    trigger is (1 - 1/V)(L-1)(L-2)/L^2 (S ebar - ebar/V), so the token scores gain a spread s_N with
+    s_N^2 / (kappa^2 |z|^2) (1 + beta/N)^2 = B / (N + beta)^2,
+    B = L^2 (L-2)^2 V^2 self_term_noise_variance(V, d) = L^2 (L-2)^2 rho (rho^2 + 3 rho + 1) / V^2."""
+    V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 1)
+    return L ** 2 * (L - 2) ** 2 * V ** 2 * self_term_noise_variance(V, d)
 
 
 def attention_snr(N, V: int, d: int, L: int):
-    """Signal-to-noise ratio of the attention scores after step 2 on N samples (the book's derivation):
-    r(N) = (1 + beta/N) / sqrt(1/d + B/N^2) (|z|^2 = 1). Accepts an array of N."""
+    """Signal-to-noise ratio of E[k | N] (the book's derivation, |z| = 1, leading order):
+    r(N) = 1 / sqrt(1/d + B/(N + beta)^2). Accepts an array of N."""
     N = np.asarray(N, float)
     if (N <= 0).any():
         raise ValueError("N must be positive")
     beta, B = trigger_self_bias(V, d, L), imbalance_noise(V, d, L)
-    return (1 + beta / N) / np.sqrt(1.0 / d + B / N ** 2)
+    return 1.0 / np.sqrt(1.0 / d + B / (N + beta) ** 2)
+
+
+def softmax_focus(lam, L: int, d: int):
+    """Mean softmax weight on the informative position when its logit is lam and the L - 1 others are
+    lam X_t, X_t ~ N(0, 1/d), with the sum of the others' exponentials replaced by its mean (the book's
+    heuristic, chapter 5): 1 / (1 + (L - 1) exp(-lam + lam^2 / (2 d))). Accepts an array of lam."""
+    L, d = check_int("L", L, 1), check_int("d", d, 1)
+    lam = np.asarray(lam, float)
+    if not np.isfinite(lam).all():
+        raise ValueError("lam must be finite")
+    return 1.0 / (1.0 + (L - 1) * np.exp(-lam + lam ** 2 / (2 * d)))
 
 
 def predicted_attention_nstar(V: int, d: int, L: int, threshold: float = 0.99,
-                              n_min: float = 16, n_max: float = 2 ** 20) -> float:
+                              n_min: float = 1, n_max: float = 2 ** 20) -> float:
     """Smallest N in [n_min, n_max] (fine geometric grid) with attention_snr(N) >= r*(L); inf if none."""
     grid = np.geomspace(n_min, n_max, 2000)
     ok = attention_snr(grid, V, d, L) >= critical_snr(L, threshold)
@@ -398,8 +436,9 @@ def refined_memory_moments(V: int, d: int, N: int, s2: float = 1.0) -> dict:
     For Gaussian embeddings N(0, I/d), to leading order in 1/d and 1/V, with q = (V - 1)/(V^2 N) the
     variance of f_i and r = 1 + (V - 1)/N = V^2 E[f_i^2]:
 
-      signal_mean   1/V;     signal_var  2/(d V^2)   (the |u_y|^2 fluctuation; |e_x|^2 scales
-                                                      every label's i = x term alike and is left out)
+      signal_mean   1/V;     signal_var  2/(d V^2)   (the |u_y|^2 fluctuation alone; |e_x|^2 is
+                                                      shared with the cross-talk of the same input, and
+                                                      `refined_memory_accuracy` conditions on both)
       crosstalk_y   r (V - 1) / (V^2 d^2)            (at the correct label)
       crosstalk     r (2 (1 + 2/d)/d + (V - 2)/d^2) / V^2   (at a wrong label: its own key and the
                                                       output overlap u_k . u_y give 2/d)
@@ -428,42 +467,82 @@ def _check_s2(s2, name: str = "s2") -> float:
     return check_float(name, s2, 0.0)
 
 
-def refined_memory_accuracy(V: int, d: int, N: float, s2: float = 1.0) -> float:
-    """Predicted recall accuracy of the step-3 memory with perfect attention (chapter 6).
+def _ex_norm_grid(d: int, nodes: int = 48):
+    """Quadrature for a = |e_x|^2 ~ chi^2_d / d: nodes on +-9 standard deviations with the exact
+    Gamma(d/2, 2/d) density, weights normalised to sum 1."""
+    import torch
+    sd = math.sqrt(2 / d)
+    a = torch.linspace(max(1e-6, 1 - 9 * sd), 1 + 12 * sd, nodes, dtype=torch.float64)
+    k = d / 2
+    logf = (k - 1) * torch.log(a) - k * a - math.lgamma(k) + k * math.log(k)
+    w = torch.exp(logf)
+    return a, w / w.sum()
 
-    Margin model built on `refined_memory_moments`: a token seen n times as informative has the
-    correct logit (n/N)|u_y|^2 + noise, i.e. V xi_y ~ N(nV/N, (nV/N)^2 2/d + V^2 (crosstalk_y +
-    shared)), and each of the V - 1 wrong labels an independent N(0, crosstalk + shared) (shared =
-    trigger_key + mean_bias), so P(correct | n) = E_Z[Phi((V xi_y) / (V sigma_off))^(V - 1)], averaged
-    over n ~ Binomial(N, 1/V) exactly (n = 0: nothing stored, the token is not recalled). This keeps
-    the skewed lower tail of n, which sets N* when coverage is the bottleneck. N = math.inf gives the
-    plateau: crosstalk and trigger_key remain, mean_bias and the count fluctuations vanish.
+
+def refined_memory_accuracy(V: int, d: int, N: float, s2: float = 1.0) -> float:
+    """Predicted recall accuracy of the step-3 memory with perfect attention (chapter 6, the book's
+    heuristic), conditioned on what the terms of one input share.
+
+    Every logit is xi_k = u_k . m_x with m_x = G3 (e_x + s). Given the input's count n (rho = n V / N,
+    exact Binomial(N, 1/V); rho = 1 at N = inf), its key norm a = |e_x|^2 and its label's norm
+    b = |u_y|^2 (both chi^2_d / d, by quadrature), the correct logit is
+      V xi_y ~ N(mu, V^2 (a crosstalk_y + trigger_key) + mb_rest),   mu = b (rho a + (rho - 1) s2):
+    the count deviation enters with coefficient a + s2 (the mean bias at k = y carries (f_x - 1/V)|u_y|^2 s2),
+    and mb_rest = V^2 q (V + 1)/d (s2^2 + s2 a/d) is the part of u_y . nu not carried by the own count.
+    Split m_x along u_y: a wrong logit is (u_k . u_y / b) xi_y + u_k . m_perp, so given xi_y the V - 1
+    wrong logits are independent N(0, sigma_perp^2 + (V xi_y)^2 / (b d)) with
+      sigma_perp^2 = r((1 + 2/d) a/d + (V - 2) a/d^2) + V^2 (trigger_key + mean_bias(a)):
+    the wrong-label spread grows with the realised correct logit (the two are correlated), and the
+    cross-talk grows with a while the trigger key does not. P(correct | n, a, b) = E_Z[Phi(xi / sd(xi))^(V - 1)],
+    averaged over n, a, b. Moments from `refined_memory_moments`; q = Var f_i, r = V^2 E f_i^2.
     """
     import torch
     V, d = check_int("V", V, 2), check_int("d", d, 1)
     if isinstance(N, bool) or not isinstance(N, (int, float)) or not N >= 1:
         raise ValueError(f"N must be a number >= 1 (or math.inf), got {N!r}")
     s2 = _check_s2(s2)
-    z = torch.linspace(-10, 10, 1001, dtype=torch.float64)
-    w = torch.exp(-z * z / 2) * (z[1] - z[0]) / math.sqrt(2 * math.pi)
+    z = torch.linspace(-8, 8, 129, dtype=torch.float64)
+    w = torch.exp(-z * z / 2)
+    w = w / w.sum()
+    a, wa = _ex_norm_grid(d, 16)
+    b, wb = a.clone(), wa.clone()                                          # b = |u_y|^2, same law
     if math.isinf(N):
-        m = refined_memory_moments(V, d, 2 ** 62, s2)
-        m["mean_bias"] = 0.0
-        sig, p = torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+        q, r = 0.0, 1.0
+        rho, p = torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
     else:
         N = int(N)
-        m = refined_memory_moments(V, d, N, s2)
-        lam = N / V
-        n = torch.arange(max(0, int(lam - 10 * math.sqrt(lam) - 5)), min(N, int(lam + 10 * math.sqrt(lam) + 10)) + 1,
-                         dtype=torch.float64)
-        logp = (math.lgamma(N + 1) - torch.lgamma(n + 1) - torch.lgamma(N - n + 1)
-                + n * math.log(1 / V) + (N - n) * math.log1p(-1 / V))
-        sig, p = n * V / N, torch.exp(logp)
-    shared = m["trigger_key"] + m["mean_bias"]
-    sig_off = math.sqrt(m["crosstalk"] + shared) * V
-    sig_y = torch.sqrt(sig ** 2 * 2 / d + (m["crosstalk_y"] + shared) * V * V)
-    P = (w * torch.special.ndtr((sig[:, None] + sig_y[:, None] * z) / sig_off) ** (V - 1)).sum(1)
-    return float((p * P).sum())
+        q, r = (V - 1) / (V * V * N), 1 + (V - 1) / N
+        rho, p = _binned_counts(N, V)
+    rho, a, b = rho[:, None, None, None], a[None, :, None, None], b[None, None, :, None]
+    tk = r * s2 * ((1 + 2 / d) / d + (V - 1) / d ** 2)                     # V^2 trigger_key
+    mb_off = V * V * q * (1 + (V + 1) / d) * (s2 * s2 + s2 * a / d)        # V^2 mean_bias at a wrong label
+    mb_y = V * V * q * (V + 1) / d * (s2 * s2 + s2 * a / d)                # rest at the correct label
+    mu = b * (rho * a + (rho - 1) * s2)
+    var_y = r * (V - 1) / d ** 2 * a + tk + mb_y
+    var_perp = r * ((1 + 2 / d) * a / d + (V - 2) * a / d ** 2) + tk + mb_off
+    xi = mu + var_y.sqrt() * z                                             # V xi_y, (n, a, b, z)
+    sd = (var_perp + xi * xi / (b * d)).sqrt()
+    P = (torch.special.ndtr(xi / sd) ** (V - 1) * w).sum(-1)               # (n, a, b)
+    return float((p * ((P * wb).sum(-1) * wa).sum(-1)).sum())
+
+
+def _binned_counts(N: int, V: int, bins: int = 48):
+    """Binomial(N, 1/V) law of a token's count as (rho = n V / N, probability), the support within
+    +-10 sd grouped into at most `bins` bins at their probability-weighted mean."""
+    import torch
+    lam = N / V
+    n = torch.arange(max(0, int(lam - 10 * math.sqrt(lam) - 5)), min(N, int(lam + 10 * math.sqrt(lam) + 10)) + 1,
+                     dtype=torch.float64)
+    logp = (math.lgamma(N + 1) - torch.lgamma(n + 1) - torch.lgamma(N - n + 1)
+            + n * math.log(1 / V) + (N - n) * math.log1p(-1 / V))
+    p = torch.exp(logp)
+    if n.numel() > bins:
+        idx = torch.div(torch.arange(n.numel()) * bins, n.numel(), rounding_mode="floor")
+        pb = torch.zeros(bins, dtype=torch.float64).index_add_(0, idx, p)
+        nb = torch.zeros(bins, dtype=torch.float64).index_add_(0, idx, p * n) / pb.clamp_min(1e-300)
+        keep = pb > 0
+        n, p = nb[keep], pb[keep]
+    return n * V / N, p / p.sum()
 
 
 def refined_memory_nstar(V: int, d: int, s2: float = 1.0, threshold: float = 0.99,
@@ -506,3 +585,403 @@ def orthogonal_recall(counts, tau2: float, trigger_in_value: bool = True):
     top2 = torch.topk(n, 2).values
     other_max = torch.where(n == top2[0], top2[1], top2[0])    # max over j != x
     return (1 + tau2) * n > tau2 * other_max
+
+# ---- chapter 7: the capacity law and fits with intervals
+#
+# The book's own law (chapter 7), assembled from the conditions of chapters 2, 4, 5 and 6: the final
+# N* is the larger of what the memory needs (chapter 6: coverage, count fluctuations, mean bias;
+# infinite past chapter 2's capacity wall) and what attention needs (chapter 5's signal-to-noise ratio
+# r(N) = 1 / sqrt(1/d + c B / (N + beta)^2), with one measured noise constant c).
+
+
+@functools.lru_cache(maxsize=None)
+def _critical_snr_cached(L: int, threshold: float) -> float:
+    return critical_snr(L, threshold)
+
+
+@functools.lru_cache(maxsize=None)
+def _memory_nstar_cached(V: int, d: int, s2: float, threshold: float):
+    return refined_memory_nstar(V, d, s2, threshold)
+
+
+def attention_nstar(V: int, d: int, L: int, threshold: float = 0.99, c_noise: float = 1.0) -> float:
+    """Smallest N with 1 / sqrt(1/d + c_noise B / (N + beta)^2) >= r*(L) (chapter 5's `attention_snr`
+    with its noise B scaled by c_noise, the one constant chapter 7 measures):
+    N_att = sqrt(c_noise B / (1/r*^2 - 1/d)) - beta, at least 1; inf when d <= r*(L)^2 (attention
+    fails even at N = infinity). B = imbalance_noise, beta = trigger_self_bias."""
+    V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
+    from .config import check_float
+    c_noise = check_float("c_noise", c_noise, 0.0, strict_min=True)
+    rs = _critical_snr_cached(L, float(threshold))
+    room = 1.0 / rs ** 2 - 1.0 / d
+    if room <= 0:
+        return math.inf
+    return max(math.sqrt(c_noise * imbalance_noise(V, d, L) / room) - trigger_self_bias(V, d, L), 1.0)
+
+
+def capacity_law(V: int, d: int, L: int, s2: float = 0.0, threshold: float = 0.99,
+                 c_noise: float = 1.0) -> dict:
+    """The book's capacity law (chapter 7): N* ~ max(N_mem, N_att).
+
+    N_mem = refined_memory_nstar(V, d, s2, threshold) (chapter 6; None -> inf: V is past the memory
+    wall of dimension d, or the trigger's plateau is below the threshold), N_att = attention_nstar.
+    Returns {"mem", "att", "law", "bottleneck"} with bottleneck "memory", "attention" or "none"
+    (both finite requirements absent: no N reaches the threshold)."""
+    V, d = check_int("V", V, 2), check_int("d", d, 1)
+    n_mem = _memory_nstar_cached(V, d, _check_s2(s2), float(threshold))
+    n_mem = math.inf if n_mem is None else float(n_mem)
+    n_att = attention_nstar(V, d, L, threshold, c_noise)
+    law = max(n_mem, n_att)
+    neck = "none" if math.isinf(law) else ("attention" if n_att > n_mem else "memory")
+    return {"mem": n_mem, "att": n_att, "law": law, "bottleneck": neck}
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """Quantile of Student's t distribution with `dof` degrees of freedom (quadrature of its density,
+    bisection; accurate to ~1e-6 for p in [0.5, 0.9995])."""
+    from .config import check_float
+    p = check_float("p", p, 0.5, 0.9995)
+    dof = check_int("dof", dof, 1)
+    logc = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
+
+    def cdf(t):                        # 1/2 + integral of the density from 0 to t
+        x = np.linspace(0.0, t, 4001)
+        f = np.exp(logc - (dof + 1) / 2 * np.log1p(x * x / dof))
+        return 0.5 + float(np.trapezoid(f, x))
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, 2 * hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def fit_power_law_ci(x, Y, level: float = 0.95) -> dict:
+    """Power-law fit with an interval over problems: Y is (problems, len(x)), each row one problem's
+    measurements (e.g. its N* along x). Each row gets its own least-squares slope on log-log axes; the
+    slope of the geometric-mean curve equals their mean (least squares is linear in log y), and the
+    interval is mean +- t_{(1+level)/2, n-1} * sd / sqrt(n). Returns {"slope", "half", "c", "slopes"}
+    (c: prefactor of the geometric-mean fit)."""
+    x = np.asarray(x, float)
+    Y = np.asarray(Y, float)
+    if Y.ndim != 2 or Y.shape[1] != x.size or x.size < 2:
+        raise ValueError("Y must be a 2-d array (problems, len(x)) and x have >= 2 points")
+    if Y.shape[0] < 2:
+        raise ValueError(f"Y must hold at least 2 problems (rows), got {Y.shape[0]}")
+    if (x <= 0).any() or not (np.isfinite(Y).all() and (Y > 0).all()):
+        raise ValueError("x and Y must be positive and finite for a log-log fit")
+    from .config import check_float
+    level = check_float("level", level, 0.0, 0.999, strict_min=True)
+    slopes = np.array([np.polyfit(np.log(x), np.log(row), 1)[0] for row in Y])
+    slope, logc = np.polyfit(np.log(x), np.log(Y).mean(0), 1)
+    n = len(slopes)
+    half = t_quantile((1 + level) / 2, n - 1) * float(slopes.std(ddof=1)) / math.sqrt(n)
+    return {"slope": float(slope), "half": half, "c": float(math.exp(logc)), "slopes": slopes}
+
+
+# ---- chapter 8: the MLP
+#
+# The book's own derivation (heuristic where stated). With oracle attention the limit-mode memory is
+# G3 = sum_j (n_j / N) (u_{Pi j} - u_bar) phi(o_j)^T, so the score of label k for input x is
+#     xi_k = sum_j (n_j / N) (u_k . (u_{Pi j} - u_bar)) kappa_jx,   kappa_jx = phi(o_j) . phi(o_x).
+# With the unit input, kappa_jx -> K(rho_jx) as m -> infinity (the kernel, `mlp_kernel`), where
+# rho_jx = cos(o_j, o_x) and K(rho) = sum_k a_k^2 rho^k (Mehler's formula) with a_k the normalised
+# Hermite coefficients of sigma (`hermite_coefficients`). A component shared by all inputs (the
+# trigger in the value path, scale tau) makes rho_jx = beta + (1 - beta) delta with
+# beta = tau^2 / (1 + tau^2): expanding K around beta gives the kernel's coefficients in delta
+# (`shifted_kernel_coefficients`), whose constant b_0 is the mean bias. `mlp_noise_terms` splits
+# 1 / SNR^2 of the correct label against one wrong label into named terms; `mlp_predicted_accuracy`
+# turns it into an accuracy (independent Gaussian wrong scores, Poisson counts).
+
+_HERMITE_CACHE: dict = {}
+
+
+def _sym_activation(activation: str):
+    """sigma as a sympy function of x (the same functions as lib.featuremaps.ACTIVATIONS)."""
+    import sympy as sp
+
+    if activation == "he2":
+        return lambda x: (x ** 2 - 1) / sp.sqrt(2)
+    if activation == "he3":
+        return lambda x: (x ** 3 - 3 * x) / sp.sqrt(6)
+    if activation == "he4":
+        return lambda x: (x ** 4 - 6 * x ** 2 + 3) / sp.sqrt(24)
+    if activation == "relu":
+        return lambda x: sp.Max(x, 0)
+    if activation == "centred_relu":
+        return lambda x: sp.Max(x, 0) - 1 / sp.sqrt(2 * sp.pi)
+    raise ValueError(f"activation must be one of he2, he3, he4, relu, centred_relu; got {activation!r}")
+
+
+def _gauss_moment(n: int, half: bool):
+    """E[g^n] (half=False) or E[g^n 1[g > 0]] (half=True) for g ~ N(0, 1), exact (sympy)."""
+    import sympy as sp
+
+    if n % 2 == 0:
+        full = sp.factorial2(n - 1) if n > 0 else sp.Integer(1)
+        return full / 2 if half else full
+    if not half:
+        return sp.Integer(0)
+    k = (n - 1) // 2
+    return 2 ** k * sp.factorial(k) / sp.sqrt(2 * sp.pi)
+
+
+def _gauss_expect(expr, x, R):
+    """E[expr], g ~ N(0, 1), for expr a polynomial in x and R = Max(x, 0): every monomial
+    x^n R^r (= x^(n + r) 1[x > 0] for r >= 1) is replaced by its exact Gaussian (half-)moment."""
+    import sympy as sp
+
+    total = sp.Integer(0)
+    for (n, r), c in sp.Poly(sp.expand(expr), x, R).terms():
+        total += c * (_gauss_moment(n + r, r > 0))      # x^n R^r = x^(n + r - 1) R for r >= 1
+    return sp.nsimplify(sp.simplify(total)) if not total.free_symbols else sp.simplify(total)
+
+
+def hermite_coefficients(activation: str, scale=1, shift=0, kmax: int = 4, squared: bool = False) -> list:
+    """Normalised Hermite coefficients a_k = E[f(g) He_k(g)] / sqrt(k!), k = 0..kmax, of
+    f(x) = sigma(scale x + shift) (or its square when `squared`), g ~ N(0, 1), computed exactly with
+    sympy and returned as sympy numbers (`float()` them to plot). sum_k a_k^2 = E f(g)^2.
+    `scale` may be a positive number or a sympy symbol (taken positive); `shift` a number (0 for
+    the ReLUs, whose kink the exact moments need at the origin)."""
+    import sympy as sp
+
+    kmax = check_int("kmax", kmax, 0)
+    for name, v in (("scale", scale), ("shift", shift)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, sp.Basic)):
+            raise ValueError(f"{name} must be a number or a sympy expression, got {v!r}")
+        if isinstance(v, (int, float)) and not math.isfinite(v):
+            raise ValueError(f"{name} must be finite, got {v!r}")
+    if isinstance(scale, (int, float)) and scale <= 0:
+        raise ValueError(f"scale must be > 0, got {scale!r}")
+    relu = activation in ("relu", "centred_relu")
+    if relu and shift != 0:
+        raise ValueError(f"shift must be 0 for {activation} (exact moments need the kink at 0), got {shift!r}")
+    key = (activation, str(scale), str(shift), kmax, squared)
+    if key not in _HERMITE_CACHE:
+        sigma = _sym_activation(activation)
+        x, R = sp.Symbol("x", real=True), sp.Symbol("R", nonnegative=True)
+        s = sp.nsimplify(scale) if not isinstance(scale, sp.Basic) else scale
+        b = sp.nsimplify(shift) if not isinstance(shift, sp.Basic) else shift
+        if relu:               # sigma(s x) = s Max(x, 0) (- mean) for s > 0
+            f = s * R - (1 / sp.sqrt(2 * sp.pi) if activation == "centred_relu" else 0)
+        else:
+            f = sigma(s * x + b)
+        f = sp.expand(f ** 2 if squared else f)
+        out = []
+        for k in range(kmax + 1):
+            term = sp.expand(f * sp.hermite_prob(k, x))
+            out.append(sp.simplify(_gauss_expect(term, x, R) / sp.sqrt(sp.factorial(k))))
+        _HERMITE_CACHE[key] = out
+    return list(_HERMITE_CACHE[key])
+
+
+def _second_moment(activation: str) -> float:
+    from .featuremaps import ACTIVATION_MOMENTS
+    check_choice("activation", activation, tuple(ACTIVATION_MOMENTS))
+    return ACTIVATION_MOMENTS[activation][1]
+
+
+def mlp_kernel(activation: str, rho, kmax: int = 12) -> np.ndarray:
+    """K(rho) = E[sigma(g) sigma(g')] for standard Gaussians with correlation rho (the m -> infinity
+    limit of phi(o) . phi(o') with the unit input, rho = cos(o, o')): sum_k a_k^2 rho^k (Mehler),
+    exact for the Hermite activations; for ReLU the series is truncated at kmax and the tail
+    E sigma^2 - sum_k a_k^2 is put on rho^(kmax + 2) (so K(1) = E sigma^2 exactly)."""
+    rho = np.asarray(rho, float)
+    if (np.abs(rho) > 1 + 1e-12).any():
+        raise ValueError("rho must lie in [-1, 1]")
+    a2 = np.array([float(a) ** 2 for a in hermite_coefficients(activation, kmax=kmax)])
+    out = sum(c * rho ** k for k, c in enumerate(a2))
+    tail = _second_moment(activation) - a2.sum()
+    return out + max(tail, 0.0) * rho ** (kmax + 2)
+
+
+def shifted_kernel_coefficients(activation: str, beta: float, kmax: int = 12) -> np.ndarray:
+    """Coefficients b_j of K(beta + (1 - beta) delta) = sum_j b_j delta^j (j = 0..kmax): the kernel
+    seen by inputs sharing a component, beta = tau^2 / (1 + tau^2) (0: nothing shared).
+    b_j = sum_k a_k^2 C(k, j) beta^(k - j) (1 - beta)^j. b_0 = K(beta) is the mean bias."""
+    if not (isinstance(beta, (int, float)) and not isinstance(beta, bool) and 0.0 <= beta < 1.0):
+        raise ValueError(f"beta must be a number in [0, 1), got {beta!r}")
+    a2 = [float(a) ** 2 for a in hermite_coefficients(activation, kmax=kmax)]
+    b = np.zeros(kmax + 1)
+    for k, c in enumerate(a2):
+        for j in range(k + 1):
+            b[j] += c * math.comb(k, j) * beta ** (k - j) * (1 - beta) ** j
+    return b
+
+
+def _sphere_even_moment(d: int, k: int) -> float:
+    """E[rho^(2k)] for rho = cos of two independent uniform directions in R^d:
+    (2k - 1)!! / (d (d + 2) ... (d + 2k - 2))."""
+    num = math.prod(range(1, 2 * k, 2))
+    den = math.prod(d + 2 * i for i in range(k))
+    return num / den
+
+
+def _rf_variance(activation: str, beta: float, kmax: int = 12) -> float:
+    """Var over F of sigma(g) sigma(g') for one unit (g, g' standard, correlation beta):
+    E[sigma^2(g) sigma^2(g')] - K(beta)^2, with E[sigma^2 sigma'^2] = sum_k c_k^2 beta^k, c_k the
+    Hermite coefficients of sigma^2."""
+    c2 = [float(c) ** 2 for c in hermite_coefficients(activation, kmax=kmax, squared=True)]
+    e4 = sum(c * beta ** k for k, c in enumerate(c2))
+    return e4 - float(mlp_kernel(activation, beta, kmax)) ** 2
+
+
+def mlp_noise_terms(V: int, d: int, m: int, N: float, activation: str = "he3", tau: float = 1.0,
+                    trigger_in_value: bool = False) -> dict:
+    """The book's heuristic: 1 / SNR^2 of the one-step MLP memory (oracle attention, unit input),
+    correct label against one wrong label, split into named terms (their sum is key "total"):
+
+      readout      (K1 / S)^2 / d                      the wrong label's overlap u_k . u_{Pi x}
+      kernel       (V / d) sum_{j>=1} (b_j / S)^2 E[delta^(2j)]   low-degree Hermite cross-talk
+      rf           (V / d) Var_F(sigma sigma') / (S^2 m)           random-feature (MLP) noise
+      finite       (kernel + rf) V / N                 count fluctuations: sum_j (n_j/N)^2 = (1 + V/N)/V
+      mean_bias    (b_0 / S)^2 V^2 / (N d)             a constant kernel part times the count fluctuations
+
+    with K1 = E sigma^2, b_j = `shifted_kernel_coefficients(activation, beta)`, beta = tau^2/(1+tau^2)
+    when the trigger is in the value path (else 0), the signal S = K1 - b_0, and delta the cosine of
+    two independent directions in R^d. (The trigger's projections z . e_j are neglected.)"""
+    V, d, m = check_int("V", V, 2), check_int("d", d, 1), check_int("m", m, 1)
+    if not (isinstance(N, (int, float)) and not isinstance(N, bool) and N > 0):
+        raise ValueError(f"N must be a positive number (math.inf: every count exact), got {N!r}")
+    if not (isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau >= 0 and math.isfinite(tau)):
+        raise ValueError(f"tau must be a finite number >= 0, got {tau!r}")
+    if not isinstance(trigger_in_value, bool):
+        raise ValueError(f"trigger_in_value must be True or False, got {trigger_in_value!r}")
+    beta = tau ** 2 / (1 + tau ** 2) if trigger_in_value else 0.0
+    b = shifted_kernel_coefficients(activation, beta)
+    K1 = _second_moment(activation)
+    S = K1 - b[0]
+    kernel = (V / d) * sum((b[j] / S) ** 2 * _sphere_even_moment(d, j) for j in range(1, len(b)))
+    rf = (V / d) * _rf_variance(activation, beta) / (S ** 2 * m)
+    out = {"readout": (K1 / S) ** 2 / d, "kernel": kernel, "rf": rf, "finite": (kernel + rf) * V / N,
+           "mean_bias": (b[0] / S) ** 2 * V * V / (N * d)}
+    out["total"] = sum(out.values())
+    return out
+
+
+def mlp_critical_snr(V: int, threshold: float = 0.99) -> float:
+    """r with Phi(r)^(V - 1) = threshold: the SNR a token needs when its V - 1 wrong scores are
+    independent Gaussians (the book's heuristic)."""
+    V = check_int("V", V, 2)
+    if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
+        raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
+    from statistics import NormalDist
+    return NormalDist().inv_cdf(threshold ** (1.0 / (V - 1)))
+
+
+def mlp_signal_variance(m: int, activation: str = "he3") -> float:
+    """Relative variance of the correct label's kernel value kappa_xx = |phi(o_x)|^2 over F:
+    Var(sigma(g)^2) / (m (E sigma^2)^2), from the Hermite coefficients of sigma^2."""
+    m = check_int("m", m, 1)
+    e4 = sum(float(c) ** 2 for c in hermite_coefficients(activation, kmax=12, squared=True))
+    K1 = _second_moment(activation)
+    return (e4 - K1 ** 2) / (m * K1 ** 2)
+
+
+def _gamma_nodes(v: float, z):
+    """A Gamma variable with mean 1 and variance v at standard-normal nodes z (Wilson-Hilferty:
+    X = (1 - v/9 + z sqrt(v/9))^3 with shape 1/v): right-skewed like a sum of squares, and never
+    negative (a Gaussian with the same variance would put far too much weight near 0)."""
+    return np.clip(1 - v / 9 + np.asarray(z) * math.sqrt(v / 9), 0.0, None) ** 3
+
+
+def mlp_predicted_accuracy(V: int, d: int, m: int, N: float, activation: str = "he3", tau: float = 1.0,
+                           trigger_in_value: bool = False, nodes: int = 24, drop: tuple = ()) -> float:
+    """Accuracy predicted by `mlp_noise_terms` (the book's heuristic). The correct label's signal
+    carries three random factors w = (n / lambda) (kappa_xx / K1) |u_y|^2: the count n ~ Poisson(N / V)
+    (lambda = N / V; an unseen token is never recalled), the kernel value kappa_xx (relative variance
+    `mlp_signal_variance`) and |u_y|^2 ~ chi^2_d / d. Given w,
+    1/SNR^2 = readout / |u_y|^2 + (kernel + rf) (1 + d / V) + finite + mean_bias) / w^2
+    (the factor 1 + d / V adds the wrong label's own pair, whose output overlap is |u_k|^2, not
+    1/sqrt(d)), and the token is recalled with probability Phi(SNR)^(V - 1)."""
+    import torch
+
+    t = mlp_noise_terms(V, d, m, N, activation, tau, trigger_in_value)
+    for name in drop:
+        if name not in t or name == "total":
+            raise ValueError(f"drop must name terms of mlp_noise_terms, got {name!r}")
+        t[name] = 0.0
+    nodes = check_int("nodes", nodes, 4)
+    z, wq = np.polynomial.hermite_e.hermegauss(nodes)
+    wq = wq / wq.sum()
+    za, zb = np.meshgrid(z, z, indexing="ij")
+    weight = wq[:, None] * wq[None, :]
+    kap = _gamma_nodes(mlp_signal_variance(m, activation), za)
+    unorm = _gamma_nodes(2 / d, zb)
+    rest = (t["kernel"] + t["rf"]) * (1 + d / V) + t["finite"] + t["mean_bias"]
+    lam = N / V
+    if lam > 1e5:                      # counts exact to < 1 %: one node n / lambda = 1
+        n, log_p, lam = np.array([1.0]), np.array([0.0]), 1.0
+    else:
+        n = np.arange(1, int(lam + 12 * math.sqrt(lam) + 20))
+        log_p = -lam + n * math.log(lam) - np.array([math.lgamma(k + 1) for k in n])
+    w = (n[:, None, None] / lam) * kap[None] * unorm[None]
+    with np.errstate(divide="ignore"):
+        inv = t["readout"] / unorm[None] + rest / w ** 2
+    log_phi = torch.special.log_ndtr(torch.as_tensor(inv ** -0.5, dtype=torch.float64)).numpy()
+    per = (weight[None] * np.exp((V - 1) * log_phi)).sum((1, 2))
+    return float((np.exp(log_p) * per).sum())
+
+
+def mlp_predicted_capacity(d: int, m: int, activation: str = "he3", threshold: float = 0.99,
+                           v_max: int = 2 ** 16) -> int:
+    """Largest V whose memory (every count exact, N = infinity) `mlp_predicted_accuracy` puts at
+    >= threshold: the heuristic capacity, found by doubling then bisection (0 if not even V = 2)."""
+    d, m, v_max = check_int("d", d, 1), check_int("m", m, 1), check_int("v_max", v_max, 2)
+    if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
+        raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
+    ok = lambda V: mlp_predicted_accuracy(V, d, m, math.inf, activation) >= threshold
+    if not ok(2):
+        return 0
+    lo = 2
+    while lo < v_max and ok(min(2 * lo, v_max)):
+        lo = min(2 * lo, v_max)
+    if lo == v_max:
+        return lo
+    hi = 2 * lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def _first_true(ok, lo: float, hi: float, rel: float = 0.01) -> float:
+    """Smallest x in [lo, hi] (geometric bisection to relative `rel`) with ok(x), for ok monotone
+    False -> True; inf if not ok(hi)."""
+    if not ok(hi):
+        return math.inf
+    if ok(lo):
+        return lo
+    while hi / lo > 1 + rel:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def mlp_predicted_min_width(V: int, d: int, activation: str = "he3", threshold: float = 0.99,
+                            m_max: int = 2 ** 24) -> float:
+    """Random-feature boundary: the smallest m at which `mlp_predicted_accuracy` (every count exact,
+    N = infinity) reaches the threshold; inf if even m_max does not (the kernel's cross-talk or
+    the readout alone is too large). Multiply by d for the boundary in m d."""
+    V, d = check_int("V", V, 2), check_int("d", d, 1)
+    ok = lambda m: mlp_predicted_accuracy(V, d, max(1, round(m)), math.inf, activation) >= threshold
+    return _first_true(ok, 1.0, float(check_int("m_max", m_max, 1)))
+
+
+def mlp_predicted_nstar(V: int, d: int, m: int, activation: str = "he3", threshold: float = 0.99,
+                        drop: tuple = (), n_max: float = 2.0 ** 30) -> float:
+    """Smallest N at which `mlp_predicted_accuracy` reaches the threshold (inf if never): with
+    drop=("mean_bias",) the finite-sample boundary, with drop=("finite",) the mean-bias boundary."""
+    ok = lambda N: mlp_predicted_accuracy(V, d, m, N, activation, drop=drop) >= threshold
+    return _first_true(ok, float(V), n_max)
+
+
+def coverage_nstar(V: int, threshold: float = 0.99) -> float:
+    """V ln(1 / (1 - threshold)): with fewer samples more than 1 - threshold of the test tokens were
+    never seen in training ((1 - 1/V)^N ~ e^(-N/V)), whatever the memory."""
+    V = check_int("V", V, 2)
+    if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
+        raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
+    return V * math.log(1 / (1 - threshold))

@@ -82,20 +82,24 @@ def test_train_human_output_reports_the_spread(capsys):
 
 
 def test_nstar_json_and_the_cache_is_read(capsys, tmp_path):
-    cache = tmp_path / "points.json"
+    cache = tmp_path / "points.jsonl"
     args = ("nstar", "--V", "32", "--d", "64", "--L", "4", "--threshold", "0.9", "--seeds", "2", "--n-test",
             "1024", "--json", "--cache", str(cache), "--device", "cpu")
     rc, out, err = cli(capsys, *args)
     assert rc == 0, err
     res = json.loads(out)
     assert isinstance(res["nstar"], int) and res["runs"] == len(res["points"]) > 1
+    assert "Infinity" not in out and res["points"][0]["per_seed"]["gamma_W"] is None    # strict JSON
     again = json.loads(cli(capsys, *args)[1])
     assert again["nstar"] == res["nstar"] and again["points"] == res["points"] and again["runs"] == 0
     # a sentinel: every cached point rewritten to accuracy 0 must be what the search reads
-    data = json.loads(cache.read_text())
-    for v in data.values():
-        v["acc"] = 0.0
-    cache.write_text(json.dumps(data))
+    lines = []
+    for line in cache.read_text().splitlines():
+        rec = json.loads(line)
+        rec["result"]["acc"] = 0.0
+        rec["sha256"] = lib.store.checksum(rec["key"], rec["result"])     # a valid record, planted
+        lines.append(json.dumps(rec) + "\n")
+    cache.write_text("".join(lines))
     planted = json.loads(cli(capsys, *args, "--n-max", str(res["nstar"]))[1])
     assert planted["nstar"] is None and planted["runs"] == 0
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import lib
-from lib.capacity import cache_key
+from lib.store import canonical, point_prefix
 from lib.featuremaps import ACTIVATION_MOMENTS, ACTIVATIONS
 from lib.search import threshold_search
 from conftest import small_cfg
@@ -102,6 +102,12 @@ def test_nstar_passes_and_a_resolution_below_fails():
     fails = [N for N, a in at.items() if a < 0.9 and res.nstar * (1 - 0.1) <= N < res.nstar]
     assert fails, res.points
     assert lib.run(cfg, max(fails), seeds=2, n_test=1024).acc < 0.9          # and it is a real failure
+
+
+def cache_key(cfg, N, seeds, seed, mode, n_test, step_sizes):
+    """The store's key of one evaluated point (lib.store: prefix + N)."""
+    prefix = point_prefix(cfg, seeds=seeds, seed=seed, mode=mode, n_test=n_test, step_sizes=step_sizes)
+    return canonical({**prefix, "N": N})
 
 
 def test_cache_key_depends_on_every_field():

@@ -74,14 +74,67 @@ def test_gaussian_attention_accuracy_against_sampling():
     assert abs(theory.gaussian_attention_accuracy(rs, 16) - 0.99) < 1e-6
 
 
-def test_self_bias_of_the_trigger_bonus_matches_simulation():
-    V, d, L, N = 128, 64, 32, 256
-    excess = []
-    for seed in range(8):
+def test_self_term_equals_a_direct_average_over_samples():
+    """k_self_term's closed-form moments against |a|^2 C o_bar averaged over fresh samples (raw tokens)."""
+    problem = lib.make_problem(small_cfg(V=32, d=16, L=6), 0)
+    D = margins.k_self_term(problem)
+    b = lib.sample_batch(problem, 2 ** 17, 3)
+    E, z, A = problem.E, problem.z_trig, problem.U_perm - problem.u_bar
+    H = E[b.tokens].clone()
+    H[torch.arange(b.N), b.pos] += z
+    ob = H.mean(1)
+    Co = (H * (H @ ob[:, :, None])).mean(1) - ob * (ob * ob).sum(1, keepdim=True)
+    samples = A[b.informative].pow(2).sum(1, keepdim=True) * Co
+    mc, se = samples.mean(0), samples.std(0) / b.N ** 0.5
+    assert float(((mc - D).abs() / se).max()) < 4.5
+
+
+def test_mean_k_over_batches_is_k_mean():
+    """E[k | problem, N] = (1 - 1/N) k_population + D / N: average of three_steps' k over many batches."""
+    problem = lib.make_problem(small_cfg(V=24, d=12, L=5), 1)
+    N = 3
+    ks = torch.stack([lib.three_steps(problem, lib.sample_batch(problem, N, s), "limit").k for s in range(3000)])
+    se = ks.std(0) / ks.shape[0] ** 0.5
+    assert float(((ks.mean(0) - margins.k_mean(problem, N)) / se).abs().max()) < 4.5
+    with pytest.raises(ValueError, match="N must"):
+        margins.k_mean(problem, 0)
+
+
+@pytest.mark.parametrize("d,L", [(64, 32), (128, 64)])
+def test_self_bias_of_the_trigger_bonus_matches_the_exact_self_term(d, L):
+    """beta = V(1 + L/d) - 1 against the exact z-part of D, on average over problems (also for L/d not small)."""
+    V = 128
+    vals = []
+    for seed in range(16):
         problem = lib.make_problem(small_cfg(V=V, d=d, L=L), seed)
-        k = lib.three_steps(problem, lib.sample_batch(problem, N, seed), "limit").k
-        excess.append(float(problem.z_trig @ k) / float(problem.z_trig @ margins.k_population(problem)) - 1)
-    assert abs(np.mean(excess) / (theory.trigger_self_bias(V, d, L) / N) - 1) < 0.3
+        zz = float(problem.z_trig @ problem.z_trig)
+        vals.append(float(problem.z_trig @ margins.k_self_term(problem)) / (theory.trigger_score_scale(V, L) * zz) - 1)
+    beta = theory.trigger_self_bias(V, d, L)
+    assert abs(np.mean(vals) - beta) < 3 * np.std(vals) / 4 + 0.05 * beta
+
+
+def test_self_term_noise_variance_matches_random_embeddings():
+    g = torch.Generator().manual_seed(1)
+    for V, d in [(128, 32), (128, 128), (64, 96)]:
+        v = []
+        for _ in range(200):
+            E = torch.randn(V, d, generator=g, dtype=torch.float64) / d ** 0.5
+            eb = E.mean(0)
+            v.append(float((E @ (E.T @ E / V @ eb - eb / V)).var(correction=0)))
+        assert abs(np.mean(v) / theory.self_term_noise_variance(V, d) - 1) < 0.08
+
+
+@pytest.mark.parametrize("d,L,N", [(64, 64, 1024), (128, 96, 1024)])
+def test_finite_batch_snr_matches_the_exact_mean_direction(d, L, N):
+    """1/r(N)^2 - 1/r_inf^2 from E[k | N] (exact) against the derived B / (N + beta)^2, within 20 %."""
+    V, X = 128, []
+    for seed in range(4):
+        problem = lib.make_problem(small_cfg(V=V, d=d, L=L), seed)
+        r_inf = margins.score_stats(problem, margins.k_population(problem))["r"]
+        r_N = margins.score_stats(problem, margins.k_mean(problem, N))["r"]
+        X.append(float(problem.z_trig @ problem.z_trig) * (1 / r_N ** 2 - 1 / r_inf ** 2))
+    derived = 1 / float(theory.attention_snr(N, V, d, L)) ** 2 - 1 / d
+    assert abs(np.mean(X) / derived - 1) < 0.2, (np.mean(X), derived)
 
 
 def test_popularity_variance_matches_random_embeddings():
@@ -128,6 +181,10 @@ def test_arguments_are_validated():
         margins.score_table(problem, torch.full((16,), float("nan"), dtype=torch.float64))
     with pytest.raises(ValueError, match="k_population"):
         margins.k_population(lib.make_problem(small_cfg(eos_key=True), 0))
+    with pytest.raises(ValueError, match="k_self_term"):
+        margins.k_self_term(lib.make_problem(small_cfg(noise_vocab=5), 0))
+    with pytest.raises(ValueError, match="lam must"):
+        theory.softmax_focus(float("nan"), 8, 4)
     with pytest.raises(ValueError, match="threshold"):
         theory.critical_snr(8, 1.5)
     with pytest.raises(ValueError, match="L must"):

@@ -1,0 +1,213 @@
+"""The crash-safe store of evaluated points behind `lib.capacity.nstar` and `lib.sweep`.
+
+One record = one evaluated point (configuration, N) -> `RunResult`. That is the cache's unit: a
+killed N* search resumes at the N it had reached, and searches for different thresholds share
+every point (the threshold is not part of the key).
+
+Format: JSON lines, append-only. Each line is
+
+    {"key": {...}, "result": {...}, "sha256": "<hex>"}
+
+where `key` holds every field of the configuration except the device (it does not change the
+numbers), N, the evaluation settings (seeds, seed, n_test, mode), every step size, and the library
+version `lib.__version__`; `sha256` is the SHA-256 of the canonical JSON (sorted keys, no spaces,
+infinity allowed, NaN accuracies refused) of {"key", "result"}. Why JSON lines and not SQLite: records are written once and never
+updated, a reader needs nothing but a text editor or `json`, the file diffs and concatenates, and
+the two crash cases are easy to state: a kill mid-write leaves at most one truncated last line,
+which the checksum (or the JSON parser) rejects. SQLite would bring transactions we do not need and
+a binary file, and its locking is unreliable on the network filesystems a cluster may share.
+
+Durability and concurrency: each record is ONE `os.write` of a complete line on a file descriptor
+opened with O_APPEND, under an exclusive `fcntl.flock`, followed by `os.fsync`. O_APPEND makes the
+kernel place every write at the end of the file and the lock keeps two processes' records from
+interleaving (on Linux a single write to a regular file is already atomic in practice; the lock
+makes this hold on any POSIX filesystem that honours flock). Loading checks every line: invalid
+JSON, a wrong checksum, a record of the wrong shape or a line without its newline is reported with
+`warnings.warn` naming the file and line number and ignored, so that point is computed again and
+appended; it is never trusted. A file whose last line was cut is first given its missing newline so
+the next record starts on a fresh line.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import warnings
+from dataclasses import asdict, fields
+
+from .config import TaskConfig, check_choice, check_int
+from .experiment import RunResult
+from .steps import MODES, StepSizes
+
+RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
+
+
+def canonical(obj) -> str:
+    """The canonical JSON text of `obj` (sorted keys, no spaces). Infinity is allowed (gamma_W of the
+    limit mode is +inf); a NaN accuracy is refused by `Store.put`, never stored."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def checksum(key: dict, result: dict) -> str:
+    """SHA-256 (hex) of the canonical JSON of one record's key and result."""
+    return hashlib.sha256(canonical({"key": key, "result": result}).encode()).hexdigest()
+
+
+def library_version() -> str:
+    from . import __version__          # read at call time: the package sets it after its imports
+    return __version__
+
+
+def point_prefix(cfg: TaskConfig, *, seeds: int, seed: int, mode: str, n_test: int,
+                 step_sizes: StepSizes) -> dict:
+    """Everything that fixes a point's numbers except N (and except the device)."""
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    if not isinstance(step_sizes, StepSizes):
+        raise ValueError(f"step_sizes must be a StepSizes, got {type(step_sizes).__name__}")
+    check_choice("mode", mode, MODES)
+    return {"config": {k: v for k, v in asdict(cfg).items() if k != "device"},
+            "seeds": check_int("seeds", seeds, 1), "seed": check_int("seed", seed, 0),
+            "mode": mode, "n_test": check_int("n_test", n_test, 1),
+            "step_sizes": asdict(step_sizes), "version": library_version()}
+
+
+def record_line(prefix: dict, result: RunResult) -> str:
+    """The full line (with its newline) that stores `result` under `prefix` + N."""
+    key = {**prefix, "N": result.N}
+    res = result.as_dict()
+    return canonical({"key": key, "result": res, "sha256": checksum(key, res)}) + "\n"
+
+
+def append_line(path: str, line: str) -> None:
+    """Append one complete line: one os.write on an O_APPEND fd, under flock, then fsync."""
+    data = line.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            written = os.write(fd, data)
+            if written != len(data):       # never seen for a regular file; refuse to leave half a line
+                raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
+            os.fsync(fd)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def compact(path: str) -> tuple[int, int]:
+    """Rewrite the store at `path` with its valid records only (one per key); (kept, dropped).
+
+    The append-only file keeps rejected lines, and each load reports them again; once their points
+    have been recomputed, `compact` drops them. It writes a new file beside the old one, fsyncs it
+    and renames it over the old (atomic), so a crash leaves either the old or the new file. Run it
+    when no sweep is writing to the same file.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        store = Store(path)
+    if store.path is None or not os.path.exists(store.path):
+        raise ValueError(f"cache {path!r} does not exist")
+    tmp = store.path + ".compact.tmp"
+    with open(tmp, "w") as f:
+        for prefix, points in store.data.items():
+            for N in sorted(points):
+                f.write(record_line(json.loads(prefix), _result(points[N])))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, store.path)
+    return len(store), len(store.bad_lines)
+
+
+def _result(d: dict) -> RunResult:
+    return RunResult(**d)
+
+
+class Store:
+    """The points of one cache file (or of memory only when `path` is None).
+
+    `get(prefix, N)` -> RunResult or None; `put(prefix, result)` records and appends at once.
+    `subset(prefix)` is a small picklable Store holding one configuration's points, for a worker.
+    """
+
+    def __init__(self, path: str | None = None, *, _data: dict | None = None):
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise ValueError(f"cache must be a file path or None, got {path!r}")
+        self.path = os.fspath(path) if path is not None else None
+        if self.path is not None:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            if os.path.isdir(self.path) or not os.path.isdir(folder):
+                raise ValueError(f"cache must be a file in an existing folder, got {self.path!r}")
+        self.data: dict[str, dict[int, dict]] = {}       # canonical(prefix) -> {N: result dict}
+        self.bad_lines: list[int] = []                    # 1-based line numbers rejected at load
+        if _data is not None:
+            self.data = _data
+        elif self.path is not None and os.path.exists(self.path):
+            self._load()
+
+    def _load(self) -> None:
+        with open(self.path, "rb") as f:
+            raw = f.read()
+        lines = raw.split(b"\n")
+        complete = len(lines) - 1                          # the part after the last newline is unfinished
+        for i, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            why = self._check(line) if i <= complete else "truncated (no newline)"
+            if isinstance(why, str):
+                self.bad_lines.append(i)
+                warnings.warn(f"cache {self.path}, line {i}: {why}; ignoring it, the point will be "
+                              "recomputed", RuntimeWarning, stacklevel=3)
+                continue
+            key, result = why
+            prefix = {k: v for k, v in key.items() if k != "N"}
+            self.data.setdefault(canonical(prefix), {}).setdefault(key["N"], result)
+        if raw and not raw.endswith(b"\n"):             # start the next record on a fresh line
+            append_line(self.path, "\n")
+
+    @staticmethod
+    def _check(line: bytes):
+        """(key, result) of a valid record, else a string saying what is wrong."""
+        try:
+            rec = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as err:
+            return f"not valid JSON ({err.__class__.__name__})"
+        if not isinstance(rec, dict) or set(rec) != {"key", "result", "sha256"}:
+            return "not a record (keys key, result, sha256 expected)"
+        key, result = rec["key"], rec["result"]
+        if not isinstance(key, dict) or not isinstance(result, dict):
+            return "not a record (key and result must be objects)"
+        try:
+            ok = checksum(key, result) == rec["sha256"]
+        except ValueError:
+            ok = False
+        if not ok:
+            return "checksum mismatch"
+        if set(result) != set(RESULT_FIELDS) or not isinstance(key.get("N"), int) or key["N"] != result["N"]:
+            return "record of the wrong shape"
+        return key, result
+
+    def get(self, prefix: dict, N: int) -> RunResult | None:
+        hit = self.data.get(canonical(prefix), {}).get(N)
+        return _result(hit) if hit is not None else None
+
+    def put(self, prefix: dict, result: RunResult) -> None:
+        for k in ("acc", "att_acc", "oracle_acc", "acc_std"):
+            if not math.isfinite(getattr(result, k)):
+                raise ValueError(f"{k} of the point N={result.N} is not finite ({getattr(result, k)}); not stored")
+        line = record_line(prefix, result)
+        self.data.setdefault(canonical(prefix), {})[result.N] = result.as_dict()
+        if self.path is not None:
+            append_line(self.path, line)
+
+    def subset(self, prefix: dict) -> "Store":
+        """The same file, holding only the points of `prefix` (cheap to send to a worker process)."""
+        p = canonical(prefix)
+        return Store(self.path, _data={p: dict(self.data.get(p, {}))})
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.data.values())

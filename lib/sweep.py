@@ -1,0 +1,264 @@
+"""The sweep engine: N* over a grid of configurations, resumable, parallel, with a confidence.
+
+    configs = lib.sweep.grid(lib.TaskConfig(V=64, d=32, L=8), d=[32, 64], L=[8, 32])   # 4 configs
+    points = lib.sweep.sweep(configs, threshold=0.99, seeds=3, cache="points.jsonl", jobs=2)
+    cols = lib.sweep.table(points)          # {"V": array, "d": array, ..., "nstar": array (nan: not reached)}
+
+Search. Each grid point runs `lib.capacity.nstar`: doubling from n_min (default V), then bisection
+in N to a relative resolution; every N is evaluated on the same seeds (seeds share each N, and data
+are nested in N). A threshold not reached by n_max gives nstar = None: a result, not an error.
+
+Store. Every evaluated (configuration, N) is appended to the crash-safe JSON-lines store of
+`lib.store` the moment it is computed (one fsynced line with a checksum; see that module for why
+JSON lines and not SQLite). A kill at any moment loses only the point in flight; rerunning reads
+every finished point back and recomputes none; a corrupt or truncated line is reported and
+recomputed. The key holds the full configuration (not the device), the step sizes, the evaluation
+settings (seeds, seed, n_test, mode) and `lib.__version__`, but not the threshold, so sweeps at
+several thresholds share their points.
+
+Parallelism. Grid points are independent; with jobs > 1 they run in joblib worker processes (the
+loky backend by default) with one torch thread each (`torch.set_num_threads(1)`; K workers then use
+K cores without oversubscription). Workers append to the same store: each record is one write of a
+whole line on an O_APPEND descriptor under flock, so records never interleave. No scheduler of our
+own: to run the same sweep on a cluster, pick a joblib backend, in one line,
+
+    with joblib.parallel_backend("dask"): points = lib.sweep.sweep(configs, jobs=-1)   # or "ray"
+
+(after `dask.distributed.Client(...)`, or `ray.util.joblib.register_ray()`), or pass `backend=` by
+name. The workers must see the store's file (a shared filesystem) when `cache` is given.
+
+Confidence of N*. With few seeds the mean accuracy near the threshold is noisy, and N* inherits
+that noise. Each SweepPoint keeps the per-seed accuracies at every evaluated N and a bootstrap over
+seeds: resample the seeds with replacement (B = 2000 times, from `lib.generator(seed, "bootstrap")`),
+recompute the mean accuracy at every evaluated N, and take as that resample's N* the smallest
+evaluated N from which on every evaluated N reaches the threshold (None when the largest does not).
+`nstar_q10`, `nstar_q90` are the 10 % and 90 % quantiles of these N* (evaluated N's themselves;
+None stands for "not reached by n_max"); `nstar_agree` is the fraction of resamples that give the
+same N* as all seeds. The interval can only be as fine as the evaluated grid (a bisection step near
+N*, a factor 2 further away), and it speaks of seed-to-seed variation only: with 3 seeds it is a
+rough guide, read it as such.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from .capacity import nstar as nstar_search
+from .config import TaskConfig, check_bool, check_float, check_int
+from .evaluate import N_TEST
+from .seed import generator
+from .steps import StepSizes
+from .store import Store, point_prefix
+
+CONFIG_FIELDS = tuple(f.name for f in fields(TaskConfig) if f.name != "device")
+BOOTSTRAP = 2000                       # resamples of the seeds for the N* interval
+
+
+def grid(base: TaskConfig, **axes) -> list[TaskConfig]:
+    """The cartesian product of `axes` (TaskConfig field -> list of values) around `base`.
+
+    The last axis varies fastest: grid(base, d=[32, 64], L=[8, 32]) gives (32, 8), (32, 32), (64, 8),
+    (64, 32). Every resulting configuration is validated by TaskConfig itself.
+    """
+    if not isinstance(base, TaskConfig):
+        raise ValueError(f"base must be a TaskConfig, got {type(base).__name__}")
+    allowed = {f.name for f in fields(TaskConfig)}
+    configs = [base]
+    for name, values in axes.items():
+        if name not in allowed:
+            raise ValueError(f"axis {name} is not a TaskConfig field (one of {', '.join(sorted(allowed))})")
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            raise ValueError(f"axis {name} must be a list of values, got {values!r}")
+        values = list(values)
+        if not values:
+            raise ValueError(f"axis {name} must have at least one value")
+        configs = [c.with_(**{name: v}) for c in configs for v in values]
+    return configs
+
+
+@dataclass
+class SweepPoint:
+    """N* of one configuration, with the evaluated points and a bootstrap interval over seeds."""
+
+    # the configuration (every TaskConfig field but the device)
+    V: int
+    d: int
+    L: int
+    model: str
+    m: int | None
+    activation: str
+    mlp_input: str
+    embedding: str
+    tied: bool
+    tau: float
+    trigger_in_value: bool
+    eos_key: bool
+    noise_vocab: int | None
+    dtype: str
+    # the search
+    threshold: float
+    seeds: int
+    seed: int
+    mode: str
+    n_test: int
+    nstar: int | None                      # smallest evaluated N reaching the threshold (None: not by n_max)
+    last_false: int | None                 # largest evaluated N below it (None if n_min already passed)
+    points: list = field(default_factory=list)   # sorted by N: {"N", "acc", "acc_std", "per_seed", ...}
+    nstar_q10: int | None = None           # bootstrap-over-seeds 10 % quantile of N* (None: not reached)
+    nstar_q90: int | None = None           # 90 % quantile
+    nstar_agree: float = 1.0               # fraction of resamples with the same N* as all seeds
+    computed: int = 0                      # points computed by this call (the rest came from the cache)
+    seconds: float = 0.0
+    from_cache: bool = False               # True when nothing had to be computed
+
+    def config(self, device: str | None = None) -> TaskConfig:
+        """The TaskConfig of this point (on `device`, default: the default device)."""
+        kw = {k: getattr(self, k) for k in CONFIG_FIELDS}
+        return TaskConfig(**kw) if device is None else TaskConfig(**kw, device=device)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def bootstrap_nstar(Ns, per_seed, threshold: float, *, seed: int = 0, resamples: int = BOOTSTRAP):
+    """Bootstrap over seeds of N* on the evaluated grid: (q10, q90, agree); see the module docstring.
+
+    Ns: evaluated N's (increasing); per_seed: array (len(Ns), seeds) of per-seed accuracies.
+    """
+    Ns = np.asarray(Ns, dtype=np.int64)
+    acc = np.asarray(per_seed, dtype=np.float64)
+    if acc.ndim != 2 or acc.shape[0] != len(Ns) or len(Ns) == 0:
+        raise ValueError(f"per_seed must have shape (len(Ns), seeds), got {acc.shape} for {len(Ns)} N's")
+    if np.any(np.diff(Ns) <= 0):
+        raise ValueError("Ns must be strictly increasing")
+    resamples = check_int("resamples", resamples, 1)
+    n_seeds = acc.shape[1]
+    idx = np.zeros((1, n_seeds), dtype=np.int64) + np.arange(n_seeds)        # all seeds first
+    g = generator(seed, "bootstrap", n_seeds)
+    draws = _randint(n_seeds, (resamples, n_seeds), g)
+    idx = np.concatenate([idx, draws])
+    means = acc[:, idx].mean(axis=-1)                                     # (len(Ns), 1 + resamples)
+    passed = means >= threshold
+    # N* of a resample: the smallest N from which on every evaluated N passes
+    tail_ok = np.flip(np.cumprod(np.flip(passed, axis=0), axis=0), axis=0).astype(bool)
+    first = np.where(tail_ok.any(axis=0), tail_ok.argmax(axis=0), len(Ns))
+    value = np.where(first < len(Ns), Ns[np.minimum(first, len(Ns) - 1)], np.iinfo(np.int64).max)
+    ref, boot = value[0], value[1:]
+    q10, q90 = (int(np.quantile(boot, q, method="inverted_cdf")) for q in (0.1, 0.9))
+    none = np.iinfo(np.int64).max
+    return (None if q10 == none else q10, None if q90 == none else q90, float(np.mean(boot == ref)))
+
+
+def _randint(high: int, shape, g) -> np.ndarray:
+    import torch
+    return torch.randint(0, high, shape, generator=g).numpy()
+
+
+def _one(cfg: TaskConfig, store: Store, opts: dict, parent: int | None = None) -> SweepPoint:
+    """One grid point (runs in a worker process when jobs > 1: one torch thread there)."""
+    if parent is not None and os.getpid() != parent:        # a worker process, not a thread of ours
+        import torch
+        torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    res = nstar_search(cfg, opts["threshold"], seeds=opts["seeds"], seed=opts["seed"], n_min=opts["n_min"],
+                       n_max=opts["n_max"], mode=opts["mode"], n_test=opts["n_test"],
+                       resolution=opts["resolution"], step_sizes=opts["step_sizes"], store=store)
+    by_n = {}
+    for p in res.points:
+        by_n[p.N] = {"N": p.N, "acc": p.acc, "acc_std": p.acc_std, "per_seed": list(p.per_seed["acc"]),
+                     "att_acc": p.att_acc, "oracle_acc": p.oracle_acc}
+    points = [by_n[n] for n in sorted(by_n)]
+    q10, q90, agree = bootstrap_nstar([p["N"] for p in points], [p["per_seed"] for p in points],
+                                      opts["threshold"], seed=opts["seed"])
+    return SweepPoint(**{k: getattr(cfg, k) for k in CONFIG_FIELDS}, threshold=opts["threshold"],
+                      seeds=opts["seeds"], seed=opts["seed"], mode=opts["mode"], n_test=opts["n_test"],
+                      nstar=res.nstar, last_false=res.last_false, points=points, nstar_q10=q10, nstar_q90=q90,
+                      nstar_agree=agree, computed=res.runs, seconds=time.perf_counter() - t0,
+                      from_cache=res.runs == 0)
+
+
+def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3, seed: int = 0,
+          mode: str = "limit", step_sizes: StepSizes = StepSizes(), n_min: int | None = None,
+          n_max: int = 2 ** 20, resolution: float = 0.05, n_test: int = N_TEST, cache: str | None = None,
+          jobs: int = 1, progress: bool = False, backend: str | None = None) -> list[SweepPoint]:
+    """N* of every configuration, in input order (see the module docstring for store and parallelism).
+
+    jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores): joblib with `backend`
+    (default: joblib's current one, loky processes unless a `joblib.parallel_backend` context says
+    otherwise). progress: a tqdm bar over grid points on stderr.
+    """
+    if isinstance(configs, TaskConfig) or not isinstance(configs, (list, tuple)):
+        raise ValueError(f"configs must be a list of TaskConfig, got {type(configs).__name__}")
+    for i, c in enumerate(configs):
+        if not isinstance(c, TaskConfig):
+            raise ValueError(f"configs[{i}] must be a TaskConfig, got {type(c).__name__}")
+    threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
+    n_max = check_int("n_max", n_max, 1)
+    if n_min is not None:
+        n_min = check_int("n_min", n_min, 1)
+        if n_min > n_max:
+            raise ValueError(f"n_min must be <= n_max, got n_min={n_min}, n_max={n_max}")
+    resolution = check_float("resolution", resolution, 0.0, 1.0, strict_min=True)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
+        raise ValueError(f"jobs must be a positive integer or -1 (all cores), got {jobs!r}")
+    check_bool("progress", progress)
+    if backend is not None:
+        from joblib.parallel import BACKENDS, EXTERNAL_BACKENDS
+        known = sorted(set(BACKENDS) | set(EXTERNAL_BACKENDS))
+        if not isinstance(backend, str) or backend not in known:
+            raise ValueError(f"backend must be a joblib backend ({', '.join(known)}), got {backend!r}")
+    prefixes = [point_prefix(c, seeds=seeds, seed=seed, mode=mode, n_test=n_test, step_sizes=step_sizes)
+                for c in configs]                                     # validates seeds, seed, mode, n_test, step_sizes
+    opts = dict(threshold=threshold, seeds=seeds, seed=seed, n_min=n_min, n_max=n_max, mode=mode,
+                n_test=n_test, resolution=resolution, step_sizes=step_sizes)
+    store = Store(cache)
+    from tqdm import tqdm
+    bar = tqdm(total=len(configs), desc="N* sweep", unit="point", disable=not progress)
+    out: list = [None] * len(configs)
+    try:
+        if jobs == 1 and backend is None:
+            for i, c in enumerate(configs):
+                out[i] = _one(c, store.subset(prefixes[i]), opts)
+                bar.update(1)
+        else:
+            from joblib import Parallel, delayed
+            par = Parallel(n_jobs=jobs, backend=backend, return_as="generator_unordered")
+            tasks = (delayed(_indexed)(i, c, store.subset(prefixes[i]), opts, os.getpid())
+                     for i, c in enumerate(configs))
+            for i, point in par(tasks):
+                out[i] = point
+                bar.update(1)
+    finally:
+        bar.close()
+    return out
+
+
+def _indexed(i, cfg, store, opts, parent):
+    return i, _one(cfg, store, opts, parent)
+
+
+def table(points: list[SweepPoint]) -> dict[str, np.ndarray]:
+    """Columns for plots: one array per field, one row per point (None -> nan in numeric columns).
+
+    Numeric columns (float arrays): V, d, L, m, tau, noise_vocab, threshold, nstar, last_false,
+    nstar_q10, nstar_q90, nstar_agree, seeds, seed, n_test, computed, seconds. Others (object arrays):
+    model, activation, mlp_input, embedding, tied, trigger_in_value, eos_key, dtype, mode, from_cache.
+    """
+    if not isinstance(points, (list, tuple)) or not all(isinstance(p, SweepPoint) for p in points):
+        raise ValueError("points must be a list of SweepPoint")
+    numeric = ("V", "d", "L", "m", "tau", "noise_vocab", "threshold", "nstar", "last_false", "nstar_q10",
+               "nstar_q90", "nstar_agree", "seeds", "seed", "n_test", "computed", "seconds")
+    other = ("model", "activation", "mlp_input", "embedding", "tied", "trigger_in_value", "eos_key", "dtype",
+             "mode", "from_cache")
+    cols = {}
+    for k in numeric:
+        cols[k] = np.array([math.nan if getattr(p, k) is None else float(getattr(p, k)) for p in points],
+                           dtype=np.float64)
+    for k in other:
+        cols[k] = np.array([getattr(p, k) for p in points], dtype=object)
+    return cols

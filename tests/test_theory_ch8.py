@@ -1,0 +1,142 @@
+"""Chapter 8: the MLP memory. Gradients at the chosen normalisation, the infinite-width (kernel)
+limit, the sympy Hermite coefficients and the heuristic's building blocks."""
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+
+import lib
+from lib import theory as T
+from conftest import small_cfg, rel, random_params
+
+
+@pytest.mark.parametrize("mlp_input", ["unit", "raw"])
+@pytest.mark.parametrize("activation", ["he3", "relu"])
+@pytest.mark.parametrize("trigger_in_value,tau", [(True, 0.6), (False, 1.0)])
+def test_mlp_closed_form_gradients_equal_autograd_at_each_normalisation(mlp_input, activation, trigger_in_value, tau):
+    cfg = small_cfg(V=9, d=6, L=5, model="mlp", m=11, activation=activation, mlp_input=mlp_input,
+                    trigger_in_value=trigger_in_value, tau=tau)
+    problem = lib.make_problem(cfg, 7)
+    batch = lib.sample_batch(problem, 41, 7)
+    params = random_params(cfg, 8)
+    closed = lib.gradients(problem, params, batch)
+    ref = lib.autograd_gradients(problem, params, batch)
+    assert rel(closed.W_V, ref.W_V) < 1e-10 and rel(closed.W_KQ, ref.W_KQ) < 1e-10
+    fast = lib.counts.gradients(problem, params, batch)             # the count route too
+    assert rel(fast.W_V, ref.W_V) < 1e-10 and rel(fast.W_KQ, ref.W_KQ) < 1e-10
+
+
+def _kernel_gap(activation, m, V=48, d=16):
+    cfg = small_cfg(V=V, d=d, L=2, model="mlp", m=m, activation=activation)
+    problem = lib.make_problem(cfg, 0)
+    phi = lib.features(problem, problem.E[:V])
+    e_hat = problem.E[:V] / problem.E[:V].norm(dim=1, keepdim=True)
+    K = torch.as_tensor(T.mlp_kernel(activation, (e_hat @ e_hat.T).clamp(-1, 1).numpy()))
+    off = ~torch.eye(V, dtype=torch.bool)
+    return problem, phi, K, float((phi @ phi.T - K)[off].pow(2).mean().sqrt())
+
+
+@pytest.mark.parametrize("activation", ["he2", "he3", "relu", "centred_relu"])
+def test_random_features_approach_the_kernel_like_one_over_sqrt_m(activation):
+    for m in (256, 4096, 16384):
+        _, _, _, gap = _kernel_gap(activation, m, d=64)
+        # the predicted standard deviation sqrt(Var_F / m), within 30 %: a tolerance that shrinks with m
+        pred = math.sqrt(T._rf_variance(activation, 0.0) / m)
+        assert 0.7 * pred < gap < 1.3 * pred, (m, gap, pred)
+
+
+def test_one_step_memory_logits_approach_the_kernel_memory_as_m_grows():
+    errs = []
+    for m in (256, 4096, 65536):
+        problem, phi, K, _ = _kernel_gap("he3", m, V=32, d=12)
+        A = problem.U @ (problem.U_perm - problem.u_bar).T / 32           # (V, V): u_k . (u_{Pi j} - u_bar) / V
+        finite = A @ (phi @ phi.T)                                         # xi_k(x) with the random features
+        kernel = A @ K                                                     # the infinite-width memory
+        errs.append(rel(finite, kernel))
+    assert errs[0] > errs[1] > errs[2] and errs[2] < 0.08
+    assert errs[0] / errs[2] > 0.25 * math.sqrt(65536 / 256)              # about 1/sqrt(m)
+
+
+def test_hermite_coefficients_match_closed_forms():
+    a = [float(c) for c in T.hermite_coefficients("relu", kmax=4)]
+    assert abs(a[0] - 1 / math.sqrt(2 * math.pi)) < 1e-15 and a[1] == 0.5 and a[3] == 0.0
+    assert abs(a[2] - 1 / (2 * math.sqrt(math.pi))) < 1e-15
+    s = sp.Symbol("s", positive=True)
+    he3 = T.hermite_coefficients("he3", scale=s, kmax=3)
+    assert sp.simplify(he3[1] - 3 * s * (s ** 2 - 1) / sp.sqrt(6)) == 0 and sp.simplify(he3[3] - s ** 3) == 0
+    shifted = T.hermite_coefficients("he3", shift=0.7, kmax=3)            # He3(x + b) = He3 + 3b He2 + 3b^2 x + b^3
+    assert abs(float(shifted[1]) - 3 * 0.49 / math.sqrt(6)) < 1e-12
+    for act in ("he2", "he3", "he4", "centred_relu"):
+        tot = sum(float(c) ** 2 for c in T.hermite_coefficients(act, kmax=12))
+        assert abs(tot - lib.featuremaps.ACTIVATION_MOMENTS[act][1]) < 2e-3
+
+
+def test_hermite_coefficients_agree_with_monte_carlo():
+    g = torch.randn(1_000_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    sigma = lib.featuremaps.ACTIVATIONS["centred_relu"][0]
+    for k, c in enumerate(T.hermite_coefficients("centred_relu", kmax=4)):
+        he = torch.as_tensor(np.polynomial.hermite_e.hermeval(g.numpy(), [0] * k + [1]))
+        est = sigma(g) * he / math.sqrt(math.factorial(k))
+        assert abs(float(est.mean()) - float(c)) < 5 * float(est.std()) / 1000
+
+
+def test_shifted_kernel_coefficients_reassemble_the_kernel():
+    for act in ("he3", "relu"):
+        for beta in (0.0, 0.3, 0.5):
+            b = T.shifted_kernel_coefficients(act, beta)
+            for delta in (-0.4, 0.2, 1.0):
+                assert abs(np.polyval(b[::-1], delta) - float(T.mlp_kernel(act, beta + (1 - beta) * delta))) < 5e-3
+    assert np.allclose(T.shifted_kernel_coefficients("he3", 0.5)[:4], [1 / 8, 3 / 8, 3 / 8, 1 / 8])
+
+
+def test_signal_variance_of_he2_is_14_over_m():
+    for m in (1, 10, 300):
+        assert abs(T.mlp_signal_variance(m, "he2") - 14 / m) < 1e-9
+
+
+def test_predicted_accuracy_grows_with_width_and_samples_and_respects_coverage():
+    acc_m = [T.mlp_predicted_accuracy(128, 64, m, 4096, "he3") for m in (64, 256, 1024)]
+    acc_N = [T.mlp_predicted_accuracy(128, 64, 1024, N, "he3") for N in (256, 1024, 8192)]
+    assert acc_m[0] < acc_m[1] < acc_m[2] and acc_N[0] < acc_N[1] < acc_N[2]
+    assert acc_N[0] <= 1 - math.exp(-256 / 128) + 1e-9                 # never beats coverage
+    assert abs(T.coverage_nstar(100, 0.99) - 100 * math.log(100)) < 1e-9
+    assert T.mlp_predicted_nstar(128, 64, 1024) < T.mlp_predicted_nstar(128, 64, 512)
+    assert math.isinf(T.mlp_predicted_min_width(128, 64, "relu"))        # ReLU: no width reaches 0.99
+    assert 100 < T.mlp_predicted_min_width(128, 64, "he3") < 2000
+
+
+def test_population_recall_is_exact_for_orthogonal_embeddings_and_fails_for_small_d():
+    orth = lib.TaskConfig(V=10, d=24, L=3, embedding="orthogonal", trigger_in_value=False, device="cpu")
+    assert lib.memory.population_recall(orth, 0) == 1.0
+    tiny = lib.TaskConfig(V=200, d=4, L=3, model="mlp", m=16, trigger_in_value=False, device="cpu")
+    assert lib.memory.population_recall(tiny, 0) < 0.5
+    assert lib.memory.population_capacity(tiny.with_(d=32, m=512), seeds=1) > 20
+
+
+def test_fit_power_law_interval_recovers_an_exact_slope():
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    s, lo, hi = T.fit_power_law_interval(x, 3 * x ** 1.5)
+    assert abs(s - 1.5) < 1e-12 and hi - lo < 1e-9
+    s, lo, hi = T.fit_power_law_interval(x, x * np.array([1.0, 1.2, 0.9, 1.1]))
+    assert lo < s < hi
+
+
+@pytest.mark.parametrize("call", [
+    lambda: T.hermite_coefficients("tanh"),
+    lambda: T.hermite_coefficients("he3", scale=0),
+    lambda: T.hermite_coefficients("relu", shift=0.5),
+    lambda: T.mlp_kernel("he3", 1.5),
+    lambda: T.shifted_kernel_coefficients("he3", 1.0),
+    lambda: T.mlp_noise_terms(128, 64, 0, 100),
+    lambda: T.mlp_noise_terms(128, 64, 10, -1),
+    lambda: T.mlp_noise_terms(128, 64, 10, 100, tau=-1.0),
+    lambda: T.mlp_predicted_accuracy(128, 64, 10, 100, drop=("nonsense",)),
+    lambda: T.coverage_nstar(100, 1.5),
+    lambda: lib.memory.population_recall("cfg"),
+    lambda: T.fit_power_law_interval([1, 2], [1, 2]),
+])
+def test_chapter8_functions_reject_bad_arguments(call):
+    with pytest.raises(ValueError):
+        call()
