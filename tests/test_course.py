@@ -6,6 +6,7 @@ The whole-chapter grading executes every chapter twice (solution and student ver
 """
 
 import importlib.util
+import os
 import pathlib
 import re
 import subprocess
@@ -131,11 +132,15 @@ def _errors(nb):
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Grade every chapter and its untouched student version with scripts/grade.sh, the two runs in
-    parallel (one kernel each); returns {(kind, stem): (score line, executed notebook)}."""
+    parallel (one kernel each, one thread each); returns {(kind, stem): (score line, executed notebook)}."""
     tmp = tmp_path_factory.mktemp("graded")
     students = course.write_students(tmp / "student", CHAPTERS)
+    # one thread per kernel: the two runs share the cores without oversubscribing them, and compute
+    # exactly what nbval computes (scripts/test.sh runs it with OMP_NUM_THREADS=1 too)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     runs = {kind: subprocess.Popen(["bash", str(ROOT / "scripts" / "grade.sh"), "--save-executed", str(tmp / kind),
-                                    *map(str, nbs)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                    *map(str, nbs)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                   env=env)
             for kind, nbs in (("solution", CHAPTERS), ("student", students))}
     out = {}
     for kind, proc in runs.items():
