@@ -394,8 +394,9 @@ def attention_snr(N, V: int, d: int, L: int):
     """Signal-to-noise ratio of E[k | N] (the book's derivation, |z| = 1, leading order):
     r(N) = 1 / sqrt(1/d + B/(N + beta)^2). Accepts an array of N."""
     N = np.asarray(N, float)
-    if (N <= 0).any():
-        raise ValueError("N must be positive")
+    if not (np.isfinite(N) & (N > 0)).all():
+        bad = float(N[~(np.isfinite(N) & (N > 0))].ravel()[0])
+        raise ValueError(f"N must be positive and finite, got {bad!r}")
     beta, B = trigger_self_bias(V, d, L), imbalance_noise(V, d, L)
     return 1.0 / np.sqrt(1.0 / d + B / (N + beta) ** 2)
 
@@ -414,6 +415,9 @@ def softmax_focus(lam, L: int, d: int):
 def predicted_attention_nstar(V: int, d: int, L: int, threshold: float = 0.99,
                               n_min: float = 1, n_max: float = 2 ** 20) -> float:
     """Smallest N in [n_min, n_max] (fine geometric grid) with attention_snr(N) >= r*(L); inf if none."""
+    from .config import check_float
+    n_min = check_float("n_min", n_min, 0.0, strict_min=True)
+    n_max = check_float("n_max", n_max, n_min, strict_min=True)
     grid = np.geomspace(n_min, n_max, 2000)
     ok = attention_snr(grid, V, d, L) >= critical_snr(L, threshold)
     return float(grid[np.argmax(ok)]) if ok.any() else math.inf

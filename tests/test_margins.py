@@ -189,7 +189,13 @@ def test_arguments_are_validated():
         theory.critical_snr(8, 1.5)
     with pytest.raises(ValueError, match="L must"):
         theory.trigger_score_scale(8, 0)
+    with pytest.raises(ValueError, match="N must.*got -3.0"):
+        theory.attention_snr(-3, 8, 4, 4)
     with pytest.raises(ValueError, match="N must"):
-        theory.attention_snr(0, 8, 4, 4)
+        theory.attention_snr([10.0, float("nan")], 8, 4, 4)
+    with pytest.raises(ValueError, match="n_min"):
+        theory.predicted_attention_nstar(8, 64, 8, n_min=0)
+    with pytest.raises(ValueError, match="n_max"):
+        theory.predicted_attention_nstar(8, 64, 8, n_min=100, n_max=10)
     with pytest.raises(ValueError, match="n_max"):
         margins.attention_nstar(lib.TaskConfig(V=8, d=4, L=4, device="cpu"), n_min=64, n_max=32)
