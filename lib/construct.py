@@ -40,7 +40,7 @@ def hand_built_predicted_accuracy(batch: Batch, V: int, beta: float) -> float:
     if not isinstance(batch, Batch):
         raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
     beta = check_float("beta", beta, 0.0, 1e12)
-    tok = batch.tokens.clone().scatter_(1, batch.pos[:, None], -1)     # drop the informative position
+    tok = batch.tokens.to(torch.long, copy=True).scatter_(1, batch.pos[:, None], -1)      # drop the informative position (a copy)
     counts = torch.zeros(batch.N, V + 1, dtype=torch.float64, device=tok.device)
     counts.scatter_add_(1, tok + 1, torch.ones_like(tok, dtype=torch.float64))
     counts = counts[:, 1:]                                             # (N, V) noise counts
@@ -59,7 +59,7 @@ def bayes_accuracy_unmarked(batch: Batch) -> float:
     """
     if not isinstance(batch, Batch):
         raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
-    tok = batch.tokens
+    tok = batch.tokens.long()
     counts = torch.zeros(tok.shape[0], int(tok.max()) + 1, dtype=torch.long, device=tok.device)
     counts.scatter_add_(1, tok, torch.ones_like(tok))
     return float((counts.max(1).values.double() / tok.shape[1]).mean())

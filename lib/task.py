@@ -25,7 +25,7 @@ from .seed import generator
 class Batch:
     """N samples of the task (token ids index rows of `Problem.E`)."""
 
-    tokens: torch.Tensor   # (N, L) long: token ids in [0, V_in)
+    tokens: torch.Tensor   # (N, L) int32 from sample_batch (any integer dtype accepted): ids in [0, V_in)
     pos: torch.Tensor      # (N,) long: the informative position l in [0, L)
     labels: torch.Tensor   # (N,) long: y = Pi*(x_l) in [0, V)
     _informative: torch.Tensor | None = field(default=None, repr=False)   # x_l, stored once
@@ -38,7 +38,7 @@ class Batch:
     def informative(self) -> torch.Tensor:
         """(N,) long: the informative token x_l of each sample (computed once, then stored)."""
         if self._informative is None:
-            self._informative = self.tokens.gather(1, self.pos[:, None])[:, 0]
+            self._informative = self.tokens.gather(1, self.pos[:, None])[:, 0].long()
         return self._informative
 
     def slice(self, start: int, stop: int) -> "Batch":
@@ -63,7 +63,7 @@ def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") 
         raise ValueError(f"split must be a string, got {split!r}")
     cfg = problem.cfg
     B = SAMPLE_BLOCK
-    tokens = torch.empty(N, cfg.L, dtype=torch.long)
+    tokens = torch.empty(N, cfg.L, dtype=torch.int32)   # stored as int32: half the memory of int64
     pos = torch.empty(N, dtype=torch.long)
     x_inf = torch.empty(N, dtype=torch.long)
     for j, start in enumerate(range(0, N, B)):
@@ -76,7 +76,7 @@ def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") 
         else:
             block = torch.randint(cfg.V, (B, cfg.L), generator=g)
         tokens[start:stop] = block[:stop - start]
-    tokens.scatter_(1, pos[:, None], x_inf[:, None])
+    tokens.scatter_(1, pos[:, None], x_inf[:, None].to(torch.int32))
     dev = cfg.device
     x_inf = x_inf.to(dev)
     return Batch(tokens.to(dev), pos.to(dev), problem.perm[x_inf], x_inf)

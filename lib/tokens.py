@@ -32,9 +32,13 @@ def chunk_size(problem: Problem, extra: int = 0) -> int:
 
 
 def chunks(batch: Batch, size: int):
-    """The batch in consecutive slices of `size` samples."""
+    """The batch in consecutive slices of `size` samples, token ids as int64 (the batch may store
+    them as int32; gather, take and index arithmetic want int64, and one chunk's copy is small)."""
     for start in range(0, batch.N, size):
-        yield batch.slice(start, min(start + size, batch.N))
+        b = batch.slice(start, min(start + size, batch.N))
+        if b.tokens.dtype != torch.long:
+            b = Batch(b.tokens.long(), b.pos, b.labels, b._informative)
+        yield b
 
 
 def value_offset(problem: Problem) -> torch.Tensor:

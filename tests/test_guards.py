@@ -189,3 +189,22 @@ def test_bayes_accuracy_without_trigger_equals_exact_enumeration():
     assert exact == pytest.approx((3 * 1 + 18 * 2 / 3 + 6 * 1 / 3) / 27)
     sampled = lib.sample_batch(lib.make_problem(lib.TaskConfig(V=V, d=2, L=L, device="cpu"), 0), 100_000, 0)
     assert bayes_accuracy_unmarked(sampled) == pytest.approx(exact, abs=0.01)
+
+
+def test_token_ids_are_stored_as_int32_and_give_the_int64_results():
+    """sample_batch keeps token ids in int32 (half the memory); every route gives exactly what the
+    same batch stored as int64 gives."""
+    for model in ("attn", "mlp"):
+        cfg = small_cfg(model=model, **({"noise_vocab": 3} if model == "attn" else {}))
+        problem = lib.make_problem(cfg, 0)
+        batch = lib.sample_batch(problem, 300, 0)
+        assert batch.tokens.dtype == torch.int32 and batch.informative.dtype == torch.long
+        wide = lib.Batch(batch.tokens.long(), batch.pos, batch.labels)
+        assert torch.equal(wide.informative, batch.informative)
+        for mode in ("limit", "finite"):
+            a, b = lib.three_steps(problem, batch, mode), lib.three_steps(problem, wide, mode)
+            assert torch.equal(a.params.W_V, b.params.W_V) and torch.equal(a.params.W_KQ, b.params.W_KQ), (model, mode)
+        params = lib.three_steps(problem, batch, "finite").params
+        ga, gb = lib.counts.gradients(problem, params, batch), lib.counts.gradients(problem, params, wide)
+        assert torch.equal(ga.W_V, gb.W_V) and torch.equal(ga.W_KQ, gb.W_KQ) and ga.loss == gb.loss
+        assert torch.equal(lib.models.forward(problem, params, batch).logits, lib.models.forward(problem, params, wide).logits)
