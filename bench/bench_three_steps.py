@@ -63,7 +63,7 @@ def before_finite(problem, batch, repeat):
         subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
         cfg = problem.cfg
         torch.save({"V": cfg.V, "d": cfg.d, "L": cfg.L, "E": problem.E, "U": problem.U, "z_trig": problem.z_trig,
-                    "z_eos": problem.z_eos, "perm": problem.perm, "tokens": batch.tokens, "pos": batch.pos,
+                    "z_eos": problem.z_eos, "perm": problem.perm, "tokens": batch.tokens.long(), "pos": batch.pos,
                     "labels": batch.labels}, tmp / "in.pt")
         subprocess.run([sys.executable, "-c", CHILD, str(tmp), str(tmp / "in.pt"), str(tmp / "out.pt"), str(repeat)],
                        check=True)
