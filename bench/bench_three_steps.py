@@ -111,7 +111,8 @@ def main():
           f"{old['t_lim'] / t_lim:.2f}x faster now", flush=True)
     t, peak, base = peak_memory_child(a.V, a.d, a.L, a.N)
     print(f"fresh process, limit mode: {t:.2f} s, peak RSS {peak:.2f} GiB (RSS before the steps {base:.2f} GiB; "
-          f"token ids alone {a.N * a.L * 8 / 2**30:.2f} GiB)")
+          f"token ids alone {a.N * a.L * batch.tokens.element_size() / 2**30:.2f} GiB, "
+          f"{batch.tokens.dtype}; the torch runtime itself ~0.25 GiB)")
 
 
 if __name__ == "__main__":
