@@ -823,45 +823,141 @@ def _sphere_even_moment(d: int, k: int) -> float:
     return num / den
 
 
-def _rf_variance(activation: str, beta: float, kmax: int = 12) -> float:
-    """Var over F of sigma(g) sigma(g') for one unit (g, g' standard, correlation beta):
-    E[sigma^2(g) sigma^2(g')] - K(beta)^2, with E[sigma^2 sigma'^2] = sum_k c_k^2 beta^k, c_k the
-    Hermite coefficients of sigma^2."""
-    c2 = [float(c) ** 2 for c in hermite_coefficients(activation, kmax=kmax, squared=True)]
-    e4 = sum(c * beta ** k for k, c in enumerate(c2))
-    return e4 - float(mlp_kernel(activation, beta, kmax)) ** 2
+@functools.lru_cache(maxsize=64)
+def sphere_cosine_nodes(d: int, nodes: int = 96) -> tuple:
+    """Quadrature for delta = cos of two independent uniform directions in R^d (density proportional
+    to (1 - delta^2)^((d - 3) / 2)): delta = cos(theta), theta in [0, pi] with weight sin(theta)^(d - 2),
+    Gauss-Legendre in theta. Returns (delta, weights) as numpy arrays, weights summing to 1."""
+    d, nodes = check_int("d", d, 2), check_int("nodes", nodes, 8)
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    theta = (x + 1) * math.pi / 2
+    w = w * np.sin(theta) ** (d - 2)
+    return np.cos(theta), w / w.sum()
 
 
-def mlp_noise_terms(V: int, d: int, m: int, N: float, activation: str = "he3", tau: float = 1.0,
-                    trigger_in_value: bool = False) -> dict:
-    """The book's heuristic: 1 / SNR^2 of the one-step MLP memory (oracle attention, unit input),
-    correct label against one wrong label, split into named terms (their sum is key "total"):
+def _check_beta(beta) -> float:
+    if not (isinstance(beta, (int, float)) and not isinstance(beta, bool) and 0.0 <= beta < 1.0):
+        raise ValueError(f"beta must be a number in [0, 1), got {beta!r}")
+    return float(beta)
 
-      readout      (K1 / S)^2 / d                      the wrong label's overlap u_k . u_{Pi x}
-      kernel       (V / d) sum_{j>=1} (b_j / S)^2 E[delta^(2j)]   low-degree Hermite cross-talk
-      rf           (V / d) Var_F(sigma sigma') / (S^2 m)           random-feature (MLP) noise
-      finite       (kernel + rf) V / N                 count fluctuations: sum_j (n_j/N)^2 = (1 + V/N)/V
-      mean_bias    (b_0 / S)^2 V^2 / (N d)             a constant kernel part times the count fluctuations
 
-    with K1 = E sigma^2, b_j = `shifted_kernel_coefficients(activation, beta)`, beta = tau^2/(1+tau^2)
-    when the trigger is in the value path (else 0), the signal S = K1 - b_0, and delta the cosine of
-    two independent directions in R^d. (The trigger's projections z . e_j are neglected.)"""
-    V, d, m = check_int("V", V, 2), check_int("d", d, 1), check_int("m", m, 1)
-    if not (isinstance(N, (int, float)) and not isinstance(N, bool) and N > 0):
-        raise ValueError(f"N must be a positive number (math.inf: every count exact), got {N!r}")
+def mlp_rf_variance(activation: str, beta: float = 0.0, d: int | None = None, kmax: int = 12) -> float:
+    """Var_F of one unit's product sigma(g) sigma(g') (g, g' standard Gaussians with correlation rho):
+    E[sigma^2(g) sigma^2(g')] - K(rho)^2, with E[sigma^2 sigma'^2] = sum_k c_k^2 rho^k (Mehler) and c_k
+    the Hermite coefficients of sigma^2. The random-feature kernel value kappa = phi(o) . phi(o') has
+    variance mlp_rf_variance / m over F. d=None: at rho = beta (two inputs that share only the
+    component beta); d given: averaged over rho = beta + (1 - beta) delta, delta the cosine of two
+    independent uniform directions in R^d (the pairs of distinct tokens). For He3 at beta = 0 the
+    average is 1 + 18/d + O(d^-2) times the value at rho = 0: the c_2^2 rho^2 term of sigma^2."""
+    beta = _check_beta(beta)
+    c2 = np.array([float(c) ** 2 for c in hermite_coefficients(activation, kmax=kmax, squared=True)])
+    if d is None:
+        rho = np.array([beta])
+        w = np.array([1.0])
+    else:
+        delta, w = sphere_cosine_nodes(check_int("d", d, 2))
+        rho = beta + (1 - beta) * delta
+    e4 = sum(c * rho ** k for k, c in enumerate(c2))
+    return float((w * (e4 - mlp_kernel(activation, rho, kmax) ** 2)).sum())
+
+
+def mlp_rf_common(activation: str, beta: float = 0.0, nodes: int = 96) -> float:
+    """Var_g(sigma(g) mu(g)), mu(g) = E[sigma(g') | g] = sum_k a_k beta^k He_k(g) / sqrt(k!) for g' of
+    correlation beta with g: per unit, the part of the random-feature noise kappa_jx - K_jx that is
+    the same for every token j paired with one input x (an offset of x's whole row of kernel values).
+    The memory's centring removes it (sum_j f_j (u_{Pi j} - u_bar) = 0 with exact counts), so the
+    random-feature noise the memory sees is (mlp_rf_variance - mlp_rf_common) / m. At beta = 0:
+    a_0^2 (E sigma^2 - a_0^2), zero for the centred activations."""
+    beta = _check_beta(beta)
+    from .featuremaps import ACTIVATIONS
+    a = [float(c) for c in hermite_coefficients(activation, kmax=12)]
+    g, w = np.polynomial.hermite_e.hermegauss(check_int("nodes", nodes, 8))
+    w = w / w.sum()
+    mu = sum(c * beta ** k * np.polynomial.hermite_e.hermeval(g, [0] * k + [1]) / math.sqrt(math.factorial(k))
+             for k, c in enumerate(a))
+    import torch
+    sig = ACTIVATIONS[activation][0](torch.as_tensor(g)).numpy()
+    prod = sig * mu
+    return float((w * prod ** 2).sum() - (w * prod).sum() ** 2)
+
+
+def mlp_kernel_crosstalk(activation: str, beta: float, d: int, kmax: int = 12) -> float:
+    """E[(K(rho) - b_0)^2] over rho = beta + (1 - beta) delta, delta the cosine of two independent
+    uniform directions in R^d and b_0 = K(beta): the second moment of the kernel's non-constant part
+    between two distinct tokens (all cross products b_i b_j E delta^(i + j) included; leading order
+    sum_{j >= 1} b_j^2 E delta^(2j), with E delta^2 = 1/d)."""
+    beta = _check_beta(beta)
+    delta, w = sphere_cosine_nodes(check_int("d", d, 2))
+    b0 = float(mlp_kernel(activation, beta, kmax))
+    return float((w * (mlp_kernel(activation, beta + (1 - beta) * delta, kmax) - b0) ** 2).sum())
+
+
+def _mlp_beta(tau, trigger_in_value) -> float:
     if not (isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau >= 0 and math.isfinite(tau)):
         raise ValueError(f"tau must be a finite number >= 0, got {tau!r}")
     if not isinstance(trigger_in_value, bool):
         raise ValueError(f"trigger_in_value must be True or False, got {trigger_in_value!r}")
-    beta = tau ** 2 / (1 + tau ** 2) if trigger_in_value else 0.0
-    b = shifted_kernel_coefficients(activation, beta)
+    return tau ** 2 / (1 + tau ** 2) if trigger_in_value else 0.0
+
+
+def mlp_signal_parts(activation: str = "he3", tau: float = 1.0, trigger_in_value: bool = False) -> dict:
+    """K1 = E sigma^2 (the kernel at rho = 1: a token with itself), b0 = K(beta) (the constant part of
+    the kernel between distinct tokens) and the mean signal S = K1 - b0 (in units of 1 / V)."""
+    beta = _mlp_beta(tau, trigger_in_value)
     K1 = _second_moment(activation)
-    S = K1 - b[0]
-    kernel = (V / d) * sum((b[j] / S) ** 2 * _sphere_even_moment(d, j) for j in range(1, len(b)))
-    rf = (V / d) * _rf_variance(activation, beta) / (S ** 2 * m)
-    out = {"readout": (K1 / S) ** 2 / d, "kernel": kernel, "rf": rf, "finite": (kernel + rf) * V / N,
-           "mean_bias": (b[0] / S) ** 2 * V * V / (N * d)}
+    b0 = float(shifted_kernel_coefficients(activation, beta)[0])
+    return {"beta": beta, "K1": K1, "b0": b0, "S": K1 - b0}
+
+
+def mlp_noise_terms(V: int, d: int, m: int, N: float, activation: str = "he3", tau: float = 1.0,
+                    trigger_in_value: bool = False) -> dict:
+    """The book's heuristic (chapter 8, proposition prop-mlp-budget): 1 / SNR^2 of the one-step MLP
+    memory (oracle attention, unit input), correct label against one wrong label, at the typical
+    token (count N / V, kappa_xx = K1, |u_y| = 1), split into named terms (their sum is key "total").
+    With f_j = nu_j / V (nu_j = n_j / lambda, lambda = N / V) and the memory's centring, the logit of
+    label k is xi_k = (1/V) sum_j (u_k . u_{Pi j}) (nu_j kappa_jx - b_0) (up to O(1/V^2)), so in units
+    of the mean signal S / V, S = K1 - b_0:
+
+      readout      1 / d                                     the input's own pair, (u_k . u_y)(nu_x K1 - b_0)
+      kernel       (V / d) E[(K(rho) - b_0)^2] / S^2          low-degree Hermite cross-talk, exact counts
+      rf           (V / d) (E[Var_F] - common) / (S^2 m)      random-feature (MLP) noise, exact counts
+      finite       (kernel + rf) V / N                        count fluctuations E(nu - 1)^2 = V / N
+      mean_bias    (b_0 / S)^2 V^2 / (N d)                    the kernel's constant times nu_j - 1
+
+    with b_0 = K(beta), beta = tau^2/(1+tau^2) when the trigger is in the value path (else 0), and
+    the expectations over rho = beta + (1 - beta) delta, delta the cosine of two independent
+    directions in R^d (`mlp_kernel_crosstalk`, `mlp_rf_variance`; `mlp_rf_common` is the part of the
+    random-feature noise shared by all pairs of one input, which the centring removes). Given the
+    input's own kernel value, the random-feature noise scales with kappa_xx / K1 (exactly so at
+    beta = 0: Var_j(kappa_jx | phi(v_x)) = kappa_xx Var(sigma) / m). The wrong label's own pair
+    (overlap |u_k|^2 instead of u_k . u_{Pi j}) multiplies the last four by 1 + d / V
+    (`mlp_predicted_accuracy`). (The trigger's projections z . e_j are neglected.)"""
+    V, d, m = check_int("V", V, 2), check_int("d", d, 2), check_int("m", m, 1)
+    if not (isinstance(N, (int, float)) and not isinstance(N, bool) and N > 0):
+        raise ValueError(f"N must be a positive number (math.inf: every count exact), got {N!r}")
+    p = mlp_signal_parts(activation, tau, trigger_in_value)
+    S, b0, beta = p["S"], p["b0"], p["beta"]
+    kernel = (V / d) * mlp_kernel_crosstalk(activation, beta, d) / S ** 2
+    rf = (V / d) * (mlp_rf_variance(activation, beta, d) - mlp_rf_common(activation, beta)) / (S ** 2 * m)
+    out = {"readout": 1.0 / d, "kernel": kernel, "rf": rf, "finite": (kernel + rf) * V / N,
+           "mean_bias": (b0 / S) ** 2 * V * V / (N * d)}
     out["total"] = sum(out.values())
+    return out
+
+
+def mlp_term_moments(V: int, d: int, m: int, N: float, activation: str = "he3", tau: float = 1.0,
+                     trigger_in_value: bool = False) -> dict:
+    """The second moment of each term of a wrong label's logit over everything random (tokens,
+    labels k != y, counts, F), in units of (S / V)^2: what `lib.mlp_budget.measure_terms` measures.
+    readout: (1/d) E[(nu kappa_xx - b_0)^2] / S^2 = (K1^2 (1 + V/N)(1 + v) - 2 K1 b_0 + b_0^2) / (d S^2)
+    (v = `mlp_signal_variance`); the other four: their `mlp_noise_terms` value times 1 + d / V."""
+    t = mlp_noise_terms(V, d, m, N, activation, tau, trigger_in_value)
+    p = mlp_signal_parts(activation, tau, trigger_in_value)
+    K1, b0, S = p["K1"], p["b0"], p["S"]
+    v = mlp_signal_variance(m, activation)
+    out = {"readout": (K1 ** 2 * (1 + V / N) * (1 + v) - 2 * K1 * b0 + b0 ** 2) / (d * S ** 2)}
+    for name in ("kernel", "rf", "finite", "mean_bias"):
+        out[name] = t[name] * (1 + d / V)
     return out
 
 
@@ -892,14 +988,18 @@ def _gamma_nodes(v: float, z):
 
 
 def mlp_predicted_accuracy(V: int, d: int, m: int, N: float, activation: str = "he3", tau: float = 1.0,
-                           trigger_in_value: bool = False, nodes: int = 24, drop: tuple = ()) -> float:
-    """Accuracy predicted by `mlp_noise_terms` (the book's heuristic). The correct label's signal
-    carries three random factors w = (n / lambda) (kappa_xx / K1) |u_y|^2: the count n ~ Poisson(N / V)
-    (lambda = N / V; an unseen token is never recalled), the kernel value kappa_xx (relative variance
-    `mlp_signal_variance`) and |u_y|^2 ~ chi^2_d / d. Given w,
-    1/SNR^2 = readout / |u_y|^2 + (kernel + rf) (1 + d / V) + finite + mean_bias) / w^2
-    (the factor 1 + d / V adds the wrong label's own pair, whose output overlap is |u_k|^2, not
-    1/sqrt(d)), and the token is recalled with probability Phi(SNR)^(V - 1)."""
+                           trigger_in_value: bool = False, nodes: int = 12, drop: tuple = (),
+                           kappa_fluctuation: bool = True) -> float:
+    """Accuracy predicted by `mlp_noise_terms` (the book's heuristic). Token x's signal, in units of
+    S / V, is w = (nu kappa_xx - b_0) |u_y|^2 / S with three random factors: nu = n / lambda, the
+    count n ~ Poisson(N / V) (an unseen token is never recalled), kappa_xx / K1 (relative variance
+    `mlp_signal_variance`) and |u_y|^2 ~ chi^2_d / d. Each of the V - 1 wrong labels has an independent
+    Gaussian score of variance  w^2 readout / |u_y|^2 + (1 + d/V) C  (C = (kernel + rf kappa_xx / K1)
+    (1 + V / N) + mean_bias, the cross-talk of the other pairs; 1 + d/V adds the wrong label's own
+    pair), and the
+    correct label carries the same cross-talk C: it is recalled with probability
+    E_z Phi((w + sqrt(C) z) / sd_wrong)^(V - 1), z standard normal. kappa_fluctuation=False fixes
+    kappa_xx at its mean K1 (to show what the signal's own random-feature fluctuation costs)."""
     import torch
 
     t = mlp_noise_terms(V, d, m, N, activation, tau, trigger_in_value)
@@ -907,36 +1007,45 @@ def mlp_predicted_accuracy(V: int, d: int, m: int, N: float, activation: str = "
         if name not in t or name == "total":
             raise ValueError(f"drop must name terms of mlp_noise_terms, got {name!r}")
         t[name] = 0.0
+    p = mlp_signal_parts(activation, tau, trigger_in_value)
+    K1, b0, S = p["K1"], p["b0"], p["S"]
     nodes = check_int("nodes", nodes, 4)
     z, wq = np.polynomial.hermite_e.hermegauss(nodes)
     wq = wq / wq.sum()
-    za, zb = np.meshgrid(z, z, indexing="ij")
-    weight = wq[:, None] * wq[None, :]
-    kap = _gamma_nodes(mlp_signal_variance(m, activation), za)
+    za, zb, zc = np.meshgrid(z, z, z, indexing="ij")
+    weight = wq[:, None, None] * wq[None, :, None] * wq[None, None, :]
+    if not isinstance(kappa_fluctuation, bool):
+        raise ValueError(f"kappa_fluctuation must be True or False, got {kappa_fluctuation!r}")
+    kap = _gamma_nodes(mlp_signal_variance(m, activation), za) if kappa_fluctuation else np.ones_like(za)
     unorm = _gamma_nodes(2 / d, zb)
-    rest = (t["kernel"] + t["rf"]) * (1 + d / V) + t["finite"] + t["mean_bias"]
+    fin = V / N if "finite" not in drop else 0.0
+    C = (t["kernel"] + t["rf"] * kap[None]) * (1 + fin) + t["mean_bias"]           # cross-talk, given kappa_xx
     lam = N / V
     if lam > 1e5:                      # counts exact to < 1 %: one node n / lambda = 1
-        n, log_p, lam = np.array([1.0]), np.array([0.0]), 1.0
-    else:
-        n = np.arange(1, int(lam + 12 * math.sqrt(lam) + 20))
-        log_p = -lam + n * math.log(lam) - np.array([math.lgamma(k + 1) for k in n])
-    w = (n[:, None, None] / lam) * kap[None] * unorm[None]
-    with np.errstate(divide="ignore"):
-        inv = t["readout"] / unorm[None] + rest / w ** 2
-    log_phi = torch.special.log_ndtr(torch.as_tensor(inv ** -0.5, dtype=torch.float64)).numpy()
-    per = (weight[None] * np.exp((V - 1) * log_phi)).sum((1, 2))
-    return float((np.exp(log_p) * per).sum())
+        nu, p_n = np.array([1.0]), np.array([1.0])
+    elif lam > 400:                    # Poisson ~ Gaussian: nodes nu = 1 + z / sqrt(lambda)
+        nu, p_n = 1 + z / math.sqrt(lam), wq
+    else:                              # n = 1 .. lambda + 12 sqrt(lambda) (n = 0: never recalled)
+        n = np.arange(max(1, int(lam - 12 * math.sqrt(lam))), int(lam + 12 * math.sqrt(lam) + 20))
+        nu = n / lam
+        p_n = np.exp(-lam + n * math.log(lam) - np.array([math.lgamma(k + 1) for k in n]))
+    w = (nu[:, None, None, None] * kap[None] * K1 - b0) / S * unorm[None]
+    sd_wrong = np.sqrt(w ** 2 * t["readout"] / unorm[None] + C * (1 + d / V))
+    arg = (w + np.sqrt(C) * zc[None]) / np.maximum(sd_wrong, 1e-300)
+    log_phi = torch.special.log_ndtr(torch.as_tensor(arg, dtype=torch.float64)).numpy()
+    per = (weight[None] * np.exp((V - 1) * log_phi)).sum((1, 2, 3))
+    return float((p_n * per).sum())
 
 
 def mlp_predicted_capacity(d: int, m: int, activation: str = "he3", threshold: float = 0.99,
-                           v_max: int = 2 ** 16) -> int:
+                           v_max: int = 2 ** 16, kappa_fluctuation: bool = True) -> int:
     """Largest V whose memory (every count exact, N = infinity) `mlp_predicted_accuracy` puts at
     >= threshold: the heuristic capacity, found by doubling then bisection (0 if not even V = 2)."""
     d, m, v_max = check_int("d", d, 1), check_int("m", m, 1), check_int("v_max", v_max, 2)
     if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
-    ok = lambda V: mlp_predicted_accuracy(V, d, m, math.inf, activation) >= threshold
+    ok = lambda V: mlp_predicted_accuracy(V, d, m, math.inf, activation,
+                                          kappa_fluctuation=kappa_fluctuation) >= threshold
     if not ok(2):
         return 0
     lo = 2
@@ -965,21 +1074,22 @@ def _first_true(ok, lo: float, hi: float, rel: float = 0.01) -> float:
 
 
 def mlp_predicted_min_width(V: int, d: int, activation: str = "he3", threshold: float = 0.99,
-                            m_max: int = 2 ** 24) -> float:
+                            m_max: int = 2 ** 24, N: float = math.inf) -> float:
     """Random-feature boundary: the smallest m at which `mlp_predicted_accuracy` (every count exact,
-    N = infinity) reaches the threshold; inf if even m_max does not (the kernel's cross-talk or
-    the readout alone is too large). Multiply by d for the boundary in m d."""
+    N = infinity, unless N is given) reaches the threshold; inf if even m_max does not (the kernel's
+    cross-talk or the readout alone is too large). Multiply by d for the boundary in m d."""
     V, d = check_int("V", V, 2), check_int("d", d, 1)
-    ok = lambda m: mlp_predicted_accuracy(V, d, max(1, round(m)), math.inf, activation) >= threshold
+    ok = lambda m: mlp_predicted_accuracy(V, d, max(1, round(m)), N, activation) >= threshold
     return _first_true(ok, 1.0, float(check_int("m_max", m_max, 1)))
 
 
 def mlp_predicted_nstar(V: int, d: int, m: int, activation: str = "he3", threshold: float = 0.99,
-                        drop: tuple = (), n_max: float = 2.0 ** 30) -> float:
-    """Smallest N at which `mlp_predicted_accuracy` reaches the threshold (inf if never): with
-    drop=("mean_bias",) the finite-sample boundary, with drop=("finite",) the mean-bias boundary."""
+                        drop: tuple = (), n_max: float = 2.0 ** 30, rel: float = 0.01) -> float:
+    """Smallest N at which `mlp_predicted_accuracy` reaches the threshold (inf if never; found to
+    relative precision rel): with drop=("mean_bias",) the finite-sample boundary, with
+    drop=("finite",) the mean-bias boundary."""
     ok = lambda N: mlp_predicted_accuracy(V, d, m, N, activation, drop=drop) >= threshold
-    return _first_true(ok, float(V), n_max)
+    return _first_true(ok, float(V), n_max, rel)
 
 
 def coverage_nstar(V: int, threshold: float = 0.99) -> float:

@@ -8,6 +8,7 @@ import sympy as sp
 import torch
 
 import lib
+import lib.mlp_budget
 from lib import theory as T
 from conftest import small_cfg, rel, random_params
 
@@ -42,9 +43,49 @@ def _kernel_gap(activation, m, V=48, d=16):
 def test_random_features_approach_the_kernel_like_one_over_sqrt_m(activation):
     for m in (256, 4096, 16384):
         _, _, _, gap = _kernel_gap(activation, m, d=64)
-        # the predicted standard deviation sqrt(Var_F / m), within 30 %: a tolerance that shrinks with m
-        pred = math.sqrt(T._rf_variance(activation, 0.0) / m)
-        assert 0.7 * pred < gap < 1.3 * pred, (m, gap, pred)
+        # the predicted standard deviation sqrt(Var_F / m), Var_F averaged over the pairs' cosines, within 12 %
+        pred = math.sqrt(T.mlp_rf_variance(activation, 0.0, 64) / m)
+        assert 0.88 * pred < gap < 1.12 * pred, (m, gap, pred)
+
+
+def test_rf_variance_averaged_over_pairs_adds_the_rho_squared_term():
+    # He3: E[sigma^2 sigma'^2] = 1 + 18 rho^2 + 54 rho^4 + 20 rho^6 and K = rho^3, so the pair average
+    # is 1 + 18/d + 162/(d(d+2)) + 300/(d(d+2)(d+4)) - 15/(d(d+2)(d+4)) exactly
+    for d in (16, 64):
+        e2, e4, e6 = 1 / d, 3 / (d * (d + 2)), 15 / (d * (d + 2) * (d + 4))
+        assert abs(T.mlp_rf_variance("he3", 0.0, d) - (1 + 18 * e2 + 54 * e4 + 20 * e6 - e6)) < 1e-9
+    assert abs(T.mlp_rf_variance("he3", 0.0) - 1.0) < 1e-12                 # at rho = 0 exactly
+
+
+def test_rf_common_part_is_the_mean_times_the_variance():
+    a0 = 1 / math.sqrt(2 * math.pi)
+    assert abs(T.mlp_rf_common("relu") - a0 ** 2 * (0.5 - a0 ** 2)) < 2e-3   # kink: quadrature to ~1e-3
+    for act in ("he3", "centred_relu"):
+        assert abs(T.mlp_rf_common(act)) < 1e-9
+
+
+@pytest.mark.parametrize("activation,m,N,seeds", [("relu", 256, 512, 6), ("he3", 512, math.inf, 2), ("centred_relu", 512, 1024, 2)])
+def test_each_budget_term_matches_its_direct_simulation(activation, m, N, seeds):
+    # V = 128, d = 64: at smaller sizes He3's heavy-tailed kappa_xx makes a few problems' moments noisy;
+    # the mean bias is one random vector per problem (relative spread ~ sqrt(2/V + 1/d) = 18 %): 6 problems
+    cfg = lib.TaskConfig(V=128, d=64, L=2, model="mlp", m=m, activation=activation, trigger_in_value=False,
+                         device="cpu", dtype="float64")
+    meas = lib.mlp_budget.measured_term_moments(cfg, N, seeds=seeds)
+    pred = T.mlp_term_moments(128, 64, m, N, activation)
+    for name in lib.mlp_budget.TERMS:
+        if pred[name] > 1e-3:                                                # the terms large enough to measure
+            assert 0.75 < meas[name] / pred[name] < 1.33, (name, meas[name], pred[name])
+    assert meas["rest"] < 0.05 and abs(meas["signal"] - 1) < 0.08
+
+
+def test_own_pair_carries_the_kernel_constant():
+    # readout is 1/d whatever b0; the mean bias vanishes with exact counts and for centred activations
+    t = T.mlp_noise_terms(128, 64, 512, 1024, "relu")
+    assert t["readout"] == 1 / 64 and t["mean_bias"] > 0
+    assert T.mlp_noise_terms(128, 64, 512, 1024, "centred_relu")["mean_bias"] == 0
+    assert T.mlp_noise_terms(128, 64, 512, math.inf, "relu")["mean_bias"] == 0
+    # a rarely seen token loses its signal faster with an uncentred activation (nu K1 - b0)
+    assert T.mlp_predicted_accuracy(64, 64, 512, 512, "relu") < T.mlp_predicted_accuracy(64, 64, 512, 512, "centred_relu")
 
 
 def test_one_step_memory_logits_approach_the_kernel_memory_as_m_grows():
