@@ -254,8 +254,8 @@ def accuracy_curves(cfg: TaskConfig, seed: int = 0, n_min: int = 16, n_max: int 
     Ns = n_grid(n_min, n_max, per_octave)
     batch = sample_batch(problem, Ns[-1], seed)
     V = cfg.V
-    C = torch.zeros(V, V, dtype=torch.float64)
-    n = torch.zeros(V, dtype=torch.float64)
+    C = torch.zeros(V, V, dtype=torch.float64, device=problem.E.device)     # grown chunk by chunk
+    n = torch.zeros(V, dtype=torch.float64, device=problem.E.device)
     accs = {e: [] for e in estimators}
     start = 0
     for N in Ns:
