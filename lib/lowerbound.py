@@ -11,15 +11,18 @@ uniform, the best possible expected accuracy (oracle attention at test, position
 in training) is exactly  E[S]/V + P(S < V)/V,  S the number of distinct informative tokens
 (`coverage_accuracy`), at most 1 - (1 - 1/V)^N + 1/V, so accuracy t needs N >= `coverage_nstar`.
 
-First-gradient statistics (heuristic).  G1 = (1/(N L)) sum_{k,j} C[k, j] (u_k - u_bar) e_j^T
+First-gradient statistics (the lemma is proved; the requirement N_G1 is a heuristic for one estimator).  G1 = (1/(N L)) sum_{k,j} C[k, j] (u_k - u_bar) e_j^T
 (trigger out of the value path) is a function of the label/token co-occurrence table C
 (`cooccurrence`, `g1_from_counts`), which does not record positions. `readout_scores` (the matched
 read-out a_k^T G1 e_j) and `inversion_scores` (least squares C_hat = A^+ G1 E^+ with the label-frequency
 bias removed) are two estimators of Pi* from G1 alone; `g1_nstar` is the book's signal-to-noise
-heuristic for the inversion.
+heuristic for the inversion read column by column (the requirement of that one estimator, not a
+lower bound for functions of G1).
 
-`estimator_nstars` measures the critical N of these estimators on nested batches (one count table,
-grown chunk by chunk), on the same problems and data as `lib.sweep` uses for the three steps.
+`assignment` turns the inversion scores into a permutation (maximum-weight assignment), a better
+first-gradient estimator than the column-wise argmax. `estimator_nstars` measures the critical N of
+these estimators on nested batches (one count table, grown chunk by chunk), and `three_steps_nstar`
+that of the three steps by the same rule on the same grid, problems and data.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from .embeddings import Problem, make_problem
 from .task import Batch, sample_batch
 from .theory import critical_snr
 
-ESTIMATORS = ("bayes", "matched", "readout", "inversion")
+ESTIMATORS = ("bayes", "matched", "readout", "inversion", "assignment")
 
 
 def _check_threshold(threshold) -> float:
@@ -186,14 +189,20 @@ def readout_scores(problem: Problem, G1: torch.Tensor) -> torch.Tensor:
     return _dU(problem) @ G1 @ problem.E.double().T
 
 
-def inversion_scores(problem: Problem, G1: torch.Tensor) -> torch.Tensor:
+def inversion_scores(problem: Problem, G1: torch.Tensor, pinvs=None) -> torch.Tensor:
     """(V, V): the least-squares table C_hat = (A^T)^+ G1 E^+ (the co-occurrence table itself, up to a
     label-independent shift, when d >= V; its projection onto d-dimensional spaces otherwise), minus
     each label's frequency bias (L - 1)/(L V) sum_j C_hat[k, j]."""
     _check_problem(problem)
     L, V = problem.cfg.L, problem.cfg.V
-    Ch = torch.linalg.pinv(_dU(problem).T) @ G1 @ torch.linalg.pinv(problem.E.double())
+    PA, PE = _pinvs(problem) if pinvs is None else pinvs
+    Ch = PA @ G1 @ PE
     return Ch - (L - 1) / (L * V) * Ch.sum(1, keepdim=True)
+
+
+def _pinvs(problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:
+    """((A^T)^+, E^+): the two pseudo-inverses of `inversion_scores` (computed once per problem)."""
+    return torch.linalg.pinv(_dU(problem).T), torch.linalg.pinv(problem.E.double())
 
 
 def matched_scores(problem: Problem, n: torch.Tensor) -> torch.Tensor:
@@ -210,6 +219,50 @@ def token_accuracy(problem: Problem, scores: torch.Tensor) -> float:
     accuracy with oracle attention at test."""
     _check_problem(problem)
     return float((scores.argmax(0) == problem.perm).double().mean())
+
+
+def assignment(W) -> np.ndarray:
+    """Maximum-weight assignment of a square score table W[k, j] (label k, token j): the permutation
+    pi maximising sum_j W[pi(j), j], returned as (V,) labels pi(j) (Hungarian method with potentials,
+    O(V^3), vectorised over columns). Used on `inversion_scores`: Pi* is a permutation, and the
+    assignment is unchanged by adding a constant to a column, so it is a function of G1 too."""
+    Cst = -np.asarray(W.cpu() if isinstance(W, torch.Tensor) else W, dtype=float)
+    if Cst.ndim != 2 or Cst.shape[0] != Cst.shape[1] or not np.isfinite(Cst).all():
+        raise ValueError(f"W must be a finite square table, got shape {Cst.shape}")
+    n = Cst.shape[0]
+    u, v = np.zeros(n + 1), np.zeros(n + 1)
+    p, way = np.zeros(n + 1, dtype=int), np.zeros(n + 1, dtype=int)   # p[j]: row matched to column j (1-based)
+    for i in range(1, n + 1):
+        p[0], j0 = i, 0
+        minv, used = np.full(n + 1, np.inf), np.zeros(n + 1, dtype=bool)
+        while True:
+            used[j0] = True
+            i0 = p[j0]
+            cur = np.full(n + 1, np.inf)
+            cur[1:] = Cst[i0 - 1] - u[i0] - v[1:]
+            free = ~used
+            upd = free & (cur < minv)
+            minv[upd], way[upd] = cur[upd], j0
+            masked = np.where(free, minv, np.inf)
+            j1 = int(np.argmin(masked))
+            delta = masked[j1]
+            u[p[used]] += delta
+            v[used] -= delta
+            minv[free] -= delta
+            j0 = j1
+            if p[j0] == 0:
+                break
+        while j0:
+            j1 = way[j0]
+            p[j0] = p[j1]
+            j0 = j1
+    return p[1:] - 1
+
+
+def assignment_accuracy(problem: Problem, scores: torch.Tensor) -> float:
+    """Fraction of tokens j whose label under the maximum-weight assignment of `scores` is Pi*(j)."""
+    _check_problem(problem)
+    return float((assignment(scores) == problem.perm.cpu().numpy()).mean())
 
 
 def bayes_accuracy(n: torch.Tensor) -> float:
@@ -257,11 +310,12 @@ def accuracy_curves(cfg: TaskConfig, seed: int = 0, n_min: int = 16, n_max: int 
     C = torch.zeros(V, V, dtype=torch.float64, device=problem.E.device)     # grown chunk by chunk
     n = torch.zeros(V, dtype=torch.float64, device=problem.E.device)
     accs = {e: [] for e in estimators}
+    pinvs = _pinvs(problem) if {"inversion", "assignment"} & set(estimators) else None
     start = 0
     for N in Ns:
         dC, dn = cooccurrence(problem, batch.slice(start, N))
         C, n, start = C + dC, n + dn, N
-        G1 = g1_from_counts(problem, C, N) if {"readout", "inversion"} & set(estimators) else None
+        G1 = g1_from_counts(problem, C, N) if {"readout", "inversion", "assignment"} & set(estimators) else None
         for e in estimators:
             if e == "bayes":
                 a = bayes_accuracy(n)
@@ -269,8 +323,10 @@ def accuracy_curves(cfg: TaskConfig, seed: int = 0, n_min: int = 16, n_max: int 
                 a = token_accuracy(problem, matched_scores(problem, n))
             elif e == "readout":
                 a = token_accuracy(problem, readout_scores(problem, G1))
+            elif e == "inversion":
+                a = token_accuracy(problem, inversion_scores(problem, G1, pinvs))
             else:
-                a = token_accuracy(problem, inversion_scores(problem, G1))
+                a = assignment_accuracy(problem, inversion_scores(problem, G1, pinvs))
             accs[e].append(a)
     return Ns, accs
 
@@ -290,35 +346,42 @@ def _sizes(V, d, L, threshold):
     return (check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2), _check_threshold(threshold))
 
 
+def leakage(V: int, d: int) -> tuple[float, float]:
+    """(rival, correct): the variance that the other V - 1 planted facts add to a score of the inversion,
+    relative to the squared signal, when d < V (0 when d >= V). A rival entry C_hat[k, j] receives two
+    single leaks (the true fact of token j through P_A, the fact of label k through P_E), each of
+    relative variance (V - d)/(V d) to leading order, plus the sum of V - 2 double leaks, (V - d)^2/(V d^2):
+    in all (V - d)(V + d)/(V d^2). The correct entry has no single leaks, but its signal is scaled by the
+    two diagonals of the projections, each of relative variance 2 (V - d)/(d (V + 2)) (the Beta law of a
+    diagonal entry of a uniformly random rank-d projection): (V - d)^2/(V d^2) + 4 (V - d)/(d (V + 2))."""
+    V, d = check_int("V", V, 2), check_int("d", d, 1)
+    if d >= V:
+        return 0.0, 0.0
+    double = (V - d) ** 2 / (V * d * d)
+    return double + 2 * (V - d) / (V * d), double + 4 * (V - d) / (d * (V + 2))
+
+
 def g1_inverse_snr2(N, V: int, d: int, L: int) -> float:
-    """1/r^2 of the inversion estimator (the book's heuristic): (L - 1) max(1, V/d)^2 / N from the count
-    noise of C seen through d-dimensional projections, + (V - d)/d^2 (the other facts leaking through
-    the projections) when d < V."""
+    """1/r^2 of the inversion estimator's point margin (the book's heuristic, in units of a rival's
+    spread): (L - 1) max(1, V/d)^2 / N from the count noise of C seen through d-dimensional
+    projections, + the rival's leakage (V - d)(V + d)/(V d^2) when d < V (`leakage`)."""
     N = check_float("N", N, 0.0, strict_min=True)
     V, d, L, _ = _sizes(V, d, L, 0.5)
-    rho = V / d
-    return (L - 1) * max(1.0, rho) ** 2 / N + max(V - d, 0) / d ** 2
+    return (L - 1) * max(1.0, V / d) ** 2 / N + leakage(V, d)[0]
 
 
-_R_GRID = np.linspace(0.0, 40.0, 1601)
-
-
-@functools.lru_cache(maxsize=64)
-def _rival_table(V: int) -> np.ndarray:
-    """P(X_0 + r > max of V - 1 i.i.d. standard normals) on _R_GRID (quadrature; interpolated later)."""
-    from .theory import _GRID, _normal_cdf
-    x = _GRID[::4]                                               # 1201 nodes on [-12, 12]
-    phi = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-    F = _normal_cdf(x[None, :] + _R_GRID[:, None]) ** (V - 1)
-    return np.trapezoid(phi * F, x, axis=1)
+_Z = np.linspace(-12.0, 12.0, 1201)
+_PHI = np.exp(-_Z * _Z / 2) / math.sqrt(2 * math.pi)
 
 
 def g1_accuracy(N: float, V: int, d: int, L: int) -> float:
     """The inversion estimator's expected accuracy (the book's heuristic). A token seen n times as the
-    informative one has margin ratio r(n), 1/r(n)^2 = (L - 1) N max(1, V/d)^2 / (V n)^2 + (V - d)_+/d^2
-    (equal to `g1_inverse_snr2` at n = N/V), and is recalled with probability P(X_0 + r > max of V - 1
-    rivals); n ~ Poisson(N/V). An unseen token (n = 0, r = 0) is right with probability 1/V: coverage
-    is included."""
+    informative one has a correct score of mean 1 and variance s_c^2, and V - 1 rivals of mean 0 and
+    variance s_r^2 (in units of the signal): s^2 = (L - 1) N max(1, V/d)^2 / (V n)^2 + leakage; it is
+    recalled with probability int phi(z) Phi((1 + s_c z)/s_r)^(V - 1) dz; n ~ Poisson(N/V). An unseen
+    token (n = 0) is right with probability 1/V (the Bayes estimator does a little better, 1/(V - S):
+    coverage is included only approximately)."""
+    from .theory import _normal_cdf
     N = check_float("N", N, 0.0, strict_min=True)
     V, d, L, _ = _sizes(V, d, L, 0.5)
     lam = N / V
@@ -326,9 +389,11 @@ def g1_accuracy(N: float, V: int, d: int, L: int) -> float:
     n = np.arange(lo, hi + 1, dtype=float)                        # the Poisson mass, to ~1e-30
     logp = n * math.log(lam) - lam - np.array([math.lgamma(k + 1) for k in n])
     pos = n > 0
-    inv_r2 = (L - 1) * N * max(1.0, V / d) ** 2 / (V * np.where(pos, n, 1.0)) ** 2 + max(V - d, 0) / d ** 2
-    r = np.where(pos, 1.0 / np.sqrt(inv_r2), 0.0)
-    acc = np.interp(r, _R_GRID, _rival_table(V))
+    count = (L - 1) * N * max(1.0, V / d) ** 2 / (V * np.where(pos, n, 1.0)) ** 2
+    leak_r, leak_c = leakage(V, d)
+    s_r, s_c = np.sqrt(count + leak_r), np.sqrt(count + leak_c)
+    x = (1.0 + s_c[:, None] * _Z[None, :]) / s_r[:, None]
+    acc = np.trapezoid(_PHI * _normal_cdf(x) ** (V - 1), _Z, axis=1)
     acc = np.where(pos, acc, 1.0 / V)
     return float(np.exp(logp) @ acc)
 
@@ -347,3 +412,28 @@ def g1_nstar(V: int, d: int, L: int, threshold: float = 0.99, n_max: float = 2.0
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
+
+
+def three_steps_nstar(cfg: TaskConfig, threshold: float = 0.99, seed: int = 0, n_min: int = 16,
+                      n_max: int = 2 ** 16, per_octave: int = 4, n_test: int = 2048) -> int | None:
+    """The three steps' (limit mode) N* by the rule of `estimator_nstars`: the first N of
+    `n_grid(n_min, n_max, per_octave)` from which the test accuracy (n_test fresh samples) stays >=
+    threshold, on problem `seed` and the nested data `sample_batch(problem, N, seed)` (the estimators'
+    data). Evaluated from the top of the grid down, stopping at the first failure (the rule needs no
+    more); None if the accuracy at n_max is below the threshold."""
+    from .evaluate import evaluate
+    from .schedule import three_steps
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    t = _check_threshold(threshold)
+    problem = make_problem(cfg, check_int("seed", seed, 0))
+    n_test = check_int("n_test", n_test, 1)
+    Ns = n_grid(n_min, n_max, per_octave)
+    batch = sample_batch(problem, Ns[-1], seed)
+    test = sample_batch(problem, n_test, seed, split="test")
+    out = None
+    for N in reversed(Ns):
+        if evaluate(problem, three_steps(problem, batch.slice(0, N)), batch=test).acc < t:
+            break
+        out = N
+    return out

@@ -178,31 +178,69 @@ def test_first_stable_and_grid():
 
 # ----------------------------------------------------------------------------- the heuristic
 
-def test_rival_table_matches_quadrature():
-    for V in (8, 32):
-        for r in (0.0, 1.5, 3.7):
-            got = float(np.interp(r, lb._R_GRID, lb._rival_table(V)))
-            assert got == pytest.approx(gaussian_attention_accuracy(r, V), abs=2e-4)
+def test_leakage_matches_projected_planted_tables():
+    # the planted table alone (one count per fact, no count noise), seen through the inversion's projections
+    g = np.random.default_rng(0)
+    V, d = 64, 40
+    rc, rr = [], []
+    for _ in range(12):
+        E, U = g.standard_normal((V, d)), g.standard_normal((V, d))
+        A = U - U.mean(0)
+        perm = g.permutation(V)
+        P = np.zeros((V, V)); P[perm, np.arange(V)] = 1
+        Ch = np.linalg.pinv(A.T) @ A.T @ P @ E @ np.linalg.pinv(E)
+        corr = Ch[perm, np.arange(V)]
+        riv = np.delete(Ch.T.ravel(), np.arange(V) * V + perm)
+        sig = corr.mean()
+        rc.append(corr.var() / sig ** 2); rr.append(riv.var() / sig ** 2)
+    rival, correct = lb.leakage(V, d)
+    assert np.mean(rr) == pytest.approx(rival, rel=0.15)
+    assert np.mean(rc) == pytest.approx(correct, rel=0.2)
+    assert lb.leakage(32, 32) == (0.0, 0.0)
 
 
 def test_g1_point_ratio_formula():
     V, d, L, N = 64, 40, 32, 5000.0
-    assert lb.g1_inverse_snr2(N, V, d, L) == pytest.approx(31 * (64 / 40) ** 2 / N + 24 / 1600)
+    assert lb.g1_inverse_snr2(N, V, d, L) == pytest.approx(31 * (64 / 40) ** 2 / N + 24 * 104 / (64 * 1600))
     assert lb.g1_inverse_snr2(N, 32, 64, 16) == pytest.approx(15 / N)
 
 
 def test_g1_accuracy_against_simulation_of_its_own_model():
-    # the model behind the heuristic: n ~ Poisson(N/V), score margin r(n), V - 1 Gaussian rivals
+    # the model behind the heuristic: n ~ Poisson(N/V), correct score 1 + s_c X_0, rivals s_r X_i
     g = np.random.default_rng(0)
     V, d, L, N = 16, 12, 8, 400.0
     reps = 40000
+    lr, lc = lb.leakage(V, d)
     n = g.poisson(N / V, reps)
-    inv = np.where(n > 0, (L - 1) * N * (V / d) ** 2 / (V * np.maximum(n, 1)) ** 2 + (V - d) / d ** 2, np.inf)
-    r = np.where(n > 0, 1 / np.sqrt(inv), 0.0)
+    count = (L - 1) * N * (V / d) ** 2 / (V * np.maximum(n, 1)) ** 2
     X = g.standard_normal((reps, V))
-    win = (X[:, 0] + r > X[:, 1:].max(1))
+    win = (1 + np.sqrt(count + lc) * X[:, 0] > np.sqrt(count + lr) * X[:, 1:].max(1))
     win = np.where(n > 0, win, g.random(reps) < 1 / V)
     assert abs(win.mean() - lb.g1_accuracy(N, V, d, L)) < 4 * math.sqrt(0.25 / reps)
+    # d >= V: no leakage, the attention-style formula of chapter 5 at every n
+    assert lb.g1_accuracy(1e6, 8, 16, 2) == pytest.approx(gaussian_attention_accuracy(1e6 / 8 / math.sqrt(1e6 / 64), 8), abs=1e-3)
+
+
+def test_assignment_is_the_best_permutation():
+    g = np.random.default_rng(1)
+    for V in (3, 5, 6):
+        for _ in range(10):
+            W = g.standard_normal((V, V))
+            best = max(itertools.permutations(range(V)), key=lambda p: sum(W[p[j], j] for j in range(V)))
+            assert list(lb.assignment(W)) == list(best)
+            shifted = W + g.standard_normal(V)[None, :]                   # a constant per column
+            assert list(lb.assignment(shifted)) == list(best)
+    with pytest.raises(ValueError, match="W"):
+        lb.assignment(np.zeros((2, 3)))
+
+
+def test_three_steps_nstar_is_first_stable_on_the_grid():
+    cfg = lib.TaskConfig(V=8, d=16, L=4, trigger_in_value=False, device="cpu")
+    Ns = lb.n_grid(4, 128)
+    p = lib.make_problem(cfg, 2)
+    test = lib.sample_batch(p, 512, 2, split="test")
+    accs = [lib.evaluate(p, lib.three_steps(p, lib.sample_batch(p, N, 2)), batch=test).acc for N in Ns]
+    assert lb.three_steps_nstar(cfg, 0.99, seed=2, n_min=4, n_max=128, n_test=512) == lb.first_stable(Ns, accs, 0.99)
 
 
 def test_g1_nstar_solves_the_threshold_and_has_a_wall():
@@ -237,6 +275,8 @@ def test_g1_nstar_grows_with_L_and_falls_with_d_below_V():
     (lambda: lb.cooccurrence("x", None), "problem"),
     (lambda: lb.estimator_nstars(lib.TaskConfig(V=4, d=4, L=2, device="cpu"), estimators=("magic",)), "estimators"),
     (lambda: lb.estimator_nstars("cfg"), "cfg"),
+    (lambda: lb.three_steps_nstar("cfg"), "cfg"),
+    (lambda: lb.leakage(32, 0), "d"),
 ])
 def test_bad_arguments_raise_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
