@@ -24,6 +24,7 @@ chapter in brackets):
   trainer      multi-step training of the transformers (autograd, and GD on the count route)   [7]
   construct    a transformer built by hand, Bayes accuracy                                     [1]
   theory       closed-form predictions and fits                                                [2-3]
+  lowerbound   counting and coverage bounds, first-gradient estimators and their heuristic N   [9]
   plotting     figure helpers with the book's colours                                          [all]
   cli          `python -m lib train | nstar | sweep`
 """
@@ -38,15 +39,15 @@ from .steps import StepSizes, ThreeSteps
 from .schedule import three_steps
 from .evaluate import N_TEST, Accuracy, evaluate, predict
 from .experiment import RunResult, run
-from . import (capacity, construct, counts, decompose, featuremaps, margins, memory, plotting, search,  # noqa: F401
-               store, sweep, theory, tokens, trainer)
+from . import (capacity, construct, counts, decompose, featuremaps, lowerbound, margins, memory, plotting,  # noqa: F401
+               search, store, sweep, theory, tokens, trainer)
 
 __all__ = [
     "TaskConfig", "default_device", "derive_seed", "generator", "seed_everything", "Problem",
     "make_problem", "Batch", "keys_values", "sample_batch", "Params", "activation", "cross_entropy",
     "features", "forward", "loss", "zero_params", "Gradients", "autograd_gradients", "gradients",
     "StepSizes", "ThreeSteps", "three_steps", "N_TEST", "Accuracy", "evaluate", "predict", "RunResult", "run",
-    "capacity", "construct", "counts", "decompose", "featuremaps", "margins", "memory", "plotting", "search", "store",
+    "capacity", "construct", "counts", "decompose", "featuremaps", "lowerbound", "margins", "memory", "plotting", "search", "store",
     "sweep", "theory", "tokens",
     "trainer",
 ]
