@@ -983,7 +983,9 @@ def mlp_signal_variance(m: int, activation: str = "he3") -> float:
 def _gamma_nodes(v: float, z):
     """A Gamma variable with mean 1 and variance v at standard-normal nodes z (Wilson-Hilferty:
     X = (1 - v/9 + z sqrt(v/9))^3 with shape 1/v): right-skewed like a sum of squares, and never
-    negative (a Gaussian with the same variance would put far too much weight near 0)."""
+    negative (a Gaussian with the same variance would put far too much weight near 0). A crude
+    stand-in for kappa_xx / K1: the true law of a mean of m i.i.d. sigma(g)^2 has a much lighter lower
+    tail at small m (He3, m = 128: 1 % quantile about 0.33, against 0.02 here)."""
     return np.clip(1 - v / 9 + np.asarray(z) * math.sqrt(v / 9), 0.0, None) ** 3
 
 
@@ -998,7 +1000,9 @@ def mlp_predicted_accuracy(V: int, d: int, m: int, N: float, activation: str = "
     (1 + V / N) + mean_bias, the cross-talk of the other pairs; 1 + d/V adds the wrong label's own
     pair), and the
     correct label carries the same cross-talk C: it is recalled with probability
-    E_z Phi((w + sqrt(C) z) / sd_wrong)^(V - 1), z standard normal. kappa_fluctuation=False fixes
+    E_z Phi((w + sqrt(C) z) / sd_wrong)^(V - 1), z standard normal. kappa_xx / K1 is drawn from the
+    Gamma stand-in `_gamma_nodes` (too heavy a lower tail at small m: pessimistic there; the
+    capacity's growth with m it implies is not a prediction of the measured one). kappa_fluctuation=False fixes
     kappa_xx at its mean K1 (to show what the signal's own random-feature fluctuation costs)."""
     import torch
 
