@@ -181,3 +181,20 @@ def test_fit_power_law_interval_recovers_an_exact_slope():
 def test_chapter8_functions_reject_bad_arguments(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_mlp_signal_quantiles_true_law():
+    # the sampled true law of kappa_xx / K1: mean 1, variance 92 / m (He3) once the upper tail is
+    # resolved, and a lower tail far lighter than the Gamma stand-in's at small m
+    from statistics import NormalDist
+    q = T.mlp_signal_quantiles(512, "he3")
+    assert abs(q.mean() - 1) < 0.02 and abs(q.var() / T.mlp_signal_variance(512, "he3") - 1) < 0.1
+    q128 = T.mlp_signal_quantiles(128, "he3")
+    gamma_1pc = float(T._gamma_nodes(T.mlp_signal_variance(128, "he3"), NormalDist().inv_cdf(0.01)))
+    assert np.quantile(q128, 0.01) > 5 * gamma_1pc
+    assert (np.diff(q128) >= 0).all() and (q128 > 0).all()
+    # the budget with the true law: no less capacity than with the Gamma, no more than with kappa fixed
+    c_s = T.mlp_predicted_capacity(64, 256, "he3", kappa_fluctuation="sampled")
+    assert T.mlp_predicted_capacity(64, 256, "he3") < c_s <= T.mlp_predicted_capacity(64, 256, "he3", kappa_fluctuation=False)
+    with pytest.raises(ValueError):
+        T.mlp_predicted_accuracy(64, 64, 256, math.inf, "he3", kappa_fluctuation="gamma")
