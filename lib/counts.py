@@ -134,7 +134,7 @@ def count_tables(problem: Problem, batch: Batch, size: int = PASS_SAMPLES):
     dt, dev = problem.E.dtype, batch.tokens.device
     A_T = torch.zeros(cfg.V * cfg.V_in, dtype=torch.long, device=dev)  # (V, V_in), flattened
     buf = torch.empty(min(size, batch.N), cfg.L, dtype=torch.long, device=dev)
-    for b in chunks(batch, size):
+    for b in chunks(batch, size, widen=False):                          # int32 ids: no widening copy
         A_T += torch.bincount(pair_ids(problem, b, buf).view(-1), minlength=A_T.numel())
     n = torch.bincount(batch.informative, minlength=cfg.V).to(dt)
     return A_T.view(cfg.V, cfg.V_in).T.to(dt), n
@@ -170,7 +170,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
         D_flat = D.reshape(-1, 1)
         beta_counts = torch.zeros(cfg.V_in, dtype=dt, device=dev)      # sum_n beta_n c_n
         beta_sum = E.new_zeros(())
-        for b in chunks(batch, size):
+        for b in chunks(batch, size, widen=False):
             beta = (Fn.embedding_bag(pair_ids(problem, b, buf), D_flat, mode="sum")[:, 0]
                     + s_w[b.informative]) / K                          # (B,): obar_n . r_n
             beta_counts += weighted_token_sum(problem, b.tokens, beta[:, None].expand(b.tokens.shape))
@@ -186,8 +186,8 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     S = E @ k                                                          # (V_in,): scores of plain tokens
     bonus, s_eos = z @ k, q @ k
     ids = torch.empty(N, dtype=torch.long, device=dev)
-    for start, b in zip(range(0, N, size), chunks(batch, size)):
-        sc = torch.take(S, b.tokens)                                    # (B, L)
+    for start, b in zip(range(0, N, size), chunks(batch, size, widen=False)):
+        sc = S[b.tokens]                                                # (B, L) table lookup (int32 ids)
         sc.scatter_add_(1, b.pos[:, None], bonus.expand(b.N, 1).contiguous())
         if cfg.eos_key:
             sc = torch.cat([sc, s_eos.expand(b.N, 1)], 1)

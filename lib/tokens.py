@@ -31,12 +31,13 @@ def chunk_size(problem: Problem, extra: int = 0) -> int:
     return max(1, CHUNK_ELEMENTS // widest)
 
 
-def chunks(batch: Batch, size: int):
+def chunks(batch: Batch, size: int, widen: bool = True):
     """The batch in consecutive slices of `size` samples, token ids as int64 (the batch may store
-    them as int32; gather, take and index arithmetic want int64, and one chunk's copy is small)."""
+    them as int32; gather, take and index arithmetic want int64, and one chunk's copy is small).
+    widen=False keeps the stored dtype, for passes whose every op takes int32 ids (the limit route)."""
     for start in range(0, batch.N, size):
         b = batch.slice(start, min(start + size, batch.N))
-        if b.tokens.dtype != torch.long:
+        if widen and b.tokens.dtype != torch.long:
             b = Batch(b.tokens.long(), b.pos, b.labels, b._informative)
         yield b
 
