@@ -72,17 +72,8 @@ def counting_capacity(params: float, bits: float, threshold: float = 1.0) -> int
     bits = check_float("bits", bits, 0.0, strict_min=True)
     t = check_float("threshold", threshold, 0.0, 1.0)
     budget = params * bits
-    fits = lambda V: counting_bits(V, t) <= budget
-    if not fits(1):
-        return 0
-    lo = 1
-    while fits(2 * lo):                   # counting_bits is nondecreasing in V
-        lo *= 2
-    hi = 2 * lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    from .search import largest_true
+    return largest_true(lambda V: counting_bits(V, t) <= budget)   # counting_bits is nondecreasing in V
 
 
 # ----------------------------------------------------------------------------- coverage

@@ -54,3 +54,13 @@ def threshold_search(ok, lo: int, hi: int, resolution: float) -> Bracket:
     out.first_true = n
     out.last_false = bad if bad > 0 else out.last_false
     return out
+
+
+def largest_true(ok, n_max: int = 2 ** 62) -> int:
+    """Largest n >= 1 with ok(n) True, for a predicate True up to some n and False after it (0 if
+    ok(1) is False): `threshold_search` on `not ok` at unit resolution, so every search in the
+    library is the same doubling and bisection."""
+    br = threshold_search(lambda n: not ok(n), 1, n_max, 1e-18)
+    if br.first_true is None:
+        raise ValueError(f"ok is still True at n_max={n_max}")
+    return br.first_true - 1

@@ -173,17 +173,8 @@ def hebbian_predicted_capacity(d: int, threshold: float = 0.99) -> int:
     d = check_int("d", d, 1)
     if not (0.0 < threshold < 1.0):
         raise ValueError(f"threshold must be in (0, 1), got {threshold}")
-    ok = lambda n: hebbian_predicted_accuracy(n, d) >= threshold
-    if not ok(1):
-        return 0
-    lo = 1
-    while ok(2 * lo):
-        lo *= 2
-    hi = 2 * lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    from .search import largest_true
+    return largest_true(lambda n: hebbian_predicted_accuracy(n, d) >= threshold)
 
 
 def trigger_bias_var(V: int, d: int) -> float:

@@ -208,3 +208,13 @@ def test_token_ids_are_stored_as_int32_and_give_the_int64_results():
         ga, gb = lib.counts.gradients(problem, params, batch), lib.counts.gradients(problem, params, wide)
         assert torch.equal(ga.W_V, gb.W_V) and torch.equal(ga.W_KQ, gb.W_KQ) and ga.loss == gb.loss
         assert torch.equal(lib.models.forward(problem, params, batch).logits, lib.models.forward(problem, params, wide).logits)
+
+
+@pytest.mark.parametrize("last", [0, 1, 2, 3, 7, 8, 9, 1000, 12345])
+def test_largest_true_is_exact(last):
+    from lib.search import largest_true
+    calls = []
+    assert largest_true(lambda n: calls.append(n) or n <= last) == last
+    assert len(calls) <= 2 * (last.bit_length() + 2)                 # doubling then bisection
+    with pytest.raises(ValueError, match="n_max"):
+        largest_true(lambda n: True, n_max=64)
