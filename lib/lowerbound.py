@@ -116,20 +116,12 @@ def coverage_nstar(V: int, threshold: float = 0.99) -> float:
 
 
 def coverage_exact_nstar(V: int, threshold: float = 0.99) -> int:
-    """Smallest integer N with coverage_accuracy(N, V) >= threshold (doubling, then bisection)."""
+    """Smallest integer N with coverage_accuracy(N, V) >= threshold (`lib.search.smallest_true`)."""
     V = check_int("V", V, 2)
     t = _check_threshold(threshold)
+    from .search import smallest_true
     ok = lambda N: coverage_accuracy(N, V) >= t
-    if ok(0):
-        return 0
-    hi = 1
-    while not ok(hi):
-        hi *= 2
-    lo = hi // 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    return 0 if ok(0) else smallest_true(ok)
 
 
 # ----------------------------------------------------------------------------- first-gradient statistics

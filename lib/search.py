@@ -56,11 +56,20 @@ def threshold_search(ok, lo: int, hi: int, resolution: float) -> Bracket:
     return out
 
 
+def smallest_true(ok, n_min: int = 1, n_max: int = 2 ** 62) -> int:
+    """Smallest n >= n_min with ok(n) True, for a predicate False below some n and True from it on:
+    `threshold_search` at unit resolution, so every search in the library is the same doubling and
+    bisection. Raises if ok(n_max) is still False."""
+    br = threshold_search(ok, n_min, n_max, 1e-18)
+    if br.first_true is None:
+        raise ValueError(f"ok is still False at n_max={n_max}")
+    return br.first_true
+
+
 def largest_true(ok, n_max: int = 2 ** 62) -> int:
     """Largest n >= 1 with ok(n) True, for a predicate True up to some n and False after it (0 if
-    ok(1) is False): `threshold_search` on `not ok` at unit resolution, so every search in the
-    library is the same doubling and bisection."""
-    br = threshold_search(lambda n: not ok(n), 1, n_max, 1e-18)
-    if br.first_true is None:
-        raise ValueError(f"ok is still True at n_max={n_max}")
-    return br.first_true - 1
+    ok(1) is False): one less than the smallest n at which it fails."""
+    try:
+        return smallest_true(lambda n: not ok(n), 1, n_max) - 1
+    except ValueError:
+        raise ValueError(f"ok is still True at n_max={n_max}") from None

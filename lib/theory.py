@@ -262,6 +262,22 @@ def step1_bag_accuracy(L: int, V: int) -> float:
     return (1 - L * (L - 1) / (2 * V)) / L + (L - 1) / V
 
 
+def step1_bag_rule_accuracy(L: int, V: int, samples: int = 100_000, seed: int = 0) -> float:
+    """The bag-of-tokens rule of `step1_bag_accuracy` without its expansion: Monte Carlo over `samples`
+    sequences of L i.i.d. uniform tokens of the probability that the informative one (position 0, by
+    exchangeability) is the sequence's most frequent token, ties broken uniformly. Exact up to
+    sampling error (standard deviation <= 0.5 / sqrt(samples)) at every L."""
+    import torch
+    from .seed import generator
+    L, V = check_int("L", L, 1), check_int("V", V, 2)
+    n = check_int("samples", samples, 1)
+    seq = torch.randint(V, (n, L), generator=generator(check_int("seed", seed, 0), "bag-rule", L, V))
+    counts = torch.zeros(n, V, dtype=torch.int32).scatter_add_(1, seq, torch.ones(n, L, dtype=torch.int32))
+    mx = counts.max(1).values
+    c_inf = counts.gather(1, seq[:, :1])[:, 0]
+    return float(((c_inf == mx).double() / (counts == mx[:, None]).sum(1)).mean())
+
+
 def step1_trigger_key(L: int, V: int, z2: float = 1.0, N: int | None = None) -> float:
     """Leading order of z_trig . k (the step-2 direction's trigger component) from the signal term:
     |z|^2 f (1 - 1/L)(1 - 1/V) / (V L^2), with f = 1 + (V - 1)/N the self-count factor (each sample's

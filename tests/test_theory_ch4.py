@@ -104,3 +104,20 @@ def test_coverage_and_coupon_collector_match_simulation():
     assert 0.8 < float(T.std()) / sd < 1.2
     with pytest.raises(ValueError, match="V"):
         theory.coverage_mean(10, 0)
+
+
+def test_bag_rule_accuracy_matches_exact_enumeration_and_the_first_order_formula():
+    import itertools
+    from lib import theory as T
+    for V, L in ((3, 3), (4, 4), (5, 2)):
+        exact = 0.0
+        for seq in itertools.product(range(V), repeat=L):       # every sequence equally likely
+            c = [seq.count(j) for j in range(V)]
+            exact += (c[seq[0]] == max(c)) / sum(ci == max(c) for ci in c)
+        exact /= V ** L
+        assert abs(T.step1_bag_rule_accuracy(L, V, samples=200_000) - exact) < 4 * 0.5 / 200_000 ** 0.5
+    assert T.step1_bag_rule_accuracy(1, 10) == 1.0
+    # where L^2 << V the first-order formula is close to the rule
+    assert abs(T.step1_bag_rule_accuracy(3, 400) - T.step1_bag_accuracy(3, 400)) < 0.004
+    with pytest.raises(ValueError, match="samples"):
+        T.step1_bag_rule_accuracy(4, 8, samples=0)
