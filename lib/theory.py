@@ -490,6 +490,11 @@ def _ex_norm_grid(d: int, nodes: int = 48):
     return a, w / w.sum()
 
 
+# Quadrature nodes whose weight is below this are dropped: together they change a predicted accuracy
+# (a probability) by less than their total weight, far below the 1 % resolution of every N* search.
+_NEGLIGIBLE = 1e-13
+
+
 def refined_memory_accuracy(V: int, d: int, N: float, s2: float = 1.0) -> float:
     """Predicted recall accuracy of the step-3 memory with perfect attention (chapter 6, the book's
     heuristic), conditioned on what the terms of one input share.
@@ -516,6 +521,8 @@ def refined_memory_accuracy(V: int, d: int, N: float, s2: float = 1.0) -> float:
     w = torch.exp(-z * z / 2)
     w = w / w.sum()
     a, wa = _ex_norm_grid(d, 16)
+    keep = wa > _NEGLIGIBLE                # nodes that cannot move the accuracy (it is a probability)
+    a, wa = a[keep], wa[keep]
     b, wb = a.clone(), wa.clone()                                          # b = |u_y|^2, same law
     if math.isinf(N):
         q, r = 0.0, 1.0
@@ -524,6 +531,8 @@ def refined_memory_accuracy(V: int, d: int, N: float, s2: float = 1.0) -> float:
         N = int(N)
         q, r = (V - 1) / (V * V * N), 1 + (V - 1) / N
         rho, p = _binned_counts(N, V)
+        keep = p > _NEGLIGIBLE
+        rho, p = rho[keep], p[keep]
     rho, a, b = rho[:, None, None, None], a[None, :, None, None], b[None, None, :, None]
     tk = r * s2 * ((1 + 2 / d) / d + (V - 1) / d ** 2)                     # V^2 trigger_key
     mb_off = V * V * q * (1 + (V + 1) / d) * (s2 * s2 + s2 * a / d)        # V^2 mean_bias at a wrong label
@@ -533,7 +542,7 @@ def refined_memory_accuracy(V: int, d: int, N: float, s2: float = 1.0) -> float:
     var_perp = r * ((1 + 2 / d) * a / d + (V - 2) * a / d ** 2) + tk + mb_off
     xi = mu + var_y.sqrt() * z                                             # V xi_y, (n, a, b, z)
     sd = (var_perp + xi * xi / (b * d)).sqrt()
-    P = (torch.special.ndtr(xi / sd) ** (V - 1) * w).sum(-1)               # (n, a, b)
+    P = ((0.5 * torch.erfc(xi / (-math.sqrt(2.0) * sd))) ** (V - 1) * w).sum(-1)   # Phi(xi / sd)^(V-1), (n, a, b)
     return float((p * ((P * wb).sum(-1) * wa).sum(-1)).sum())
 
 
