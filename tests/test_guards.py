@@ -83,12 +83,14 @@ def test_float32_predicts_like_float64(model):
     assert float((preds[0] == preds[1]).double().mean()) >= 0.995
 
 
-@pytest.mark.parametrize("true_from,resolution", [(1, 0.05), (37, 0.05), (1000, 0.02), (777, 0.3)])
+@pytest.mark.parametrize("true_from,resolution", [(1, 0.05), (2, 0.05), (37, 0.05), (1000, 0.02), (777, 0.3)])
 def test_threshold_search_brackets_the_switch(true_from, resolution):
     b = threshold_search(lambda n: n >= true_from, 8, 4096, resolution)
     assert b.first_true >= true_from and (b.last_false is None or b.last_false < true_from)
     assert b.first_true - (b.last_false or 0) <= max(1, resolution * b.first_true)     # the stopping rule
     assert [n for n, ok in b.evaluated if ok] and all(ok == (n >= true_from) for n, ok in b.evaluated)
+    falses = [n for n, ok in b.evaluated if not ok]                      # the bracket is what was seen
+    assert b.last_false == (max(falses) if falses else None) and b.first_true == min(n for n, ok in b.evaluated if ok)
     assert threshold_search(lambda n: False, 8, 100, 0.05).first_true is None
 
 

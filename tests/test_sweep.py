@@ -101,8 +101,9 @@ def test_bootstrap_interval_on_known_per_seed_data():
 def test_cache_key_misses_on_step_sizes_version_n_test_and_hits_on_threshold(tmp_path, monkeypatch):
     path = str(tmp_path / "points.jsonl")
     first = sweep([BASE], cache=path, **FAST)[0]
-    assert first.computed == len(first.points) > 2
-    assert sweep([BASE], cache=path, **FAST)[0].computed == 0          # same everything: all hits
+    assert first.computed == len(first.points) > 2 and not first.from_cache
+    again = sweep([BASE], cache=path, **FAST)[0]
+    assert again.computed == 0 and again.from_cache                    # same everything: all hits
     other = sweep([BASE], cache=path, **{**FAST, "threshold": 0.8})[0]
     new_Ns = {q["N"] for q in other.points} - {q["N"] for q in first.points}
     assert other.computed == len(new_Ns) < len(other.points)          # shared N's are read back
