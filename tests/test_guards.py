@@ -137,6 +137,9 @@ def test_run_reports_mean_and_population_spread_over_seeds():
     assert res.acc_std > 0
     one = [lib.run(cfg, 200, seeds=1, seed=s, n_test=512).acc for s in range(4)]
     assert res.per_seed["acc"] == one
+    two = lib.run(cfg, 200, seeds=2, n_test=512)                           # two seeds have a spread too
+    assert two.acc_std == pytest.approx(abs(one[0] - one[1]) / 2, abs=1e-15) and two.acc_std > 0
+    assert lib.run(cfg, 200, seeds=1, n_test=512).acc_std == 0.0
 
 
 def test_att_acc_and_oracle_acc_against_a_direct_computation():

@@ -90,6 +90,10 @@ def test_bootstrap_interval_on_known_per_seed_data():
     shaky = [[0, 0, 0], [1, 1, 0], [1, 1, 1]]
     q10, q90, agree = bootstrap_nstar(Ns, shaky, 0.5)
     assert (q10, q90) == (2, 4) and abs(agree - 20 / 27) < 0.03
+    # exactly: the resamples are the seeded draws of lib.sweep._randint, counted here one by one
+    draws = lib.sweep._randint(3, (40, 3), lib.generator(0, "bootstrap", 3))
+    passes_at_2 = [sum(shaky[1][j] for j in row) / 3 >= 0.5 for row in draws]
+    assert bootstrap_nstar(Ns, shaky, 0.5, resamples=40)[2] == sum(passes_at_2) / 40   # agree: N* = 2 as with all seeds
     never = [[0, 0, 0], [0, 0, 0], [0, 0, 1]]
     assert bootstrap_nstar(Ns, never, 0.5)[1] is None            # most resamples never reach it
     with pytest.raises(ValueError, match="per_seed"):
