@@ -75,3 +75,31 @@ def test_train_with_spec_and_validation():
         TrainSpec(lr=-1.0)
     _, rec = train(problem, batch, steps=2, n_test=0)
     assert all(math.isnan(x) for x in rec.test_acc + rec.att_acc + rec.entropy)
+
+
+def test_trained_sweep_is_cached_and_keyed_apart(tmp_path):
+    cache = str(tmp_path / "points.jsonl")
+    cfgs = [small_cfg(V=6, d=8, L=3, dtype="float32")]
+    spec = TrainSpec("adam", 15, 0.05, None, "three_steps")
+    kw = dict(threshold=0.9, seeds=2, n_max=256, n_test=512, mode="finite", cache=cache)
+    first = lib.sweep.sweep(cfgs, training=spec, **kw)[0]
+    assert first.computed > 0 and first.training == {"optimizer": "adam", "steps": 15, "lr": 0.05,
+                                                     "lr_KQ": None, "init": "three_steps"}
+    again = lib.sweep.sweep(cfgs, training=spec, **kw)[0]
+    assert again.computed == 0 and again.from_cache and again.nstar == first.nstar and again.points == first.points
+    three = lib.sweep.sweep(cfgs, **kw)[0]                        # same cache, no training: its own points
+    assert three.computed > 0 and three.training is None
+    other = lib.sweep.sweep(cfgs, training=TrainSpec("adam", 16, 0.05, None, "three_steps"), **kw)[0]
+    assert other.computed > 0
+    # a cached trained point is what train + evaluate give directly
+    N = first.points[0]["N"]
+    accs = []
+    for s in range(2):
+        problem = lib.make_problem(cfgs[0], s)
+        params, _ = train_with(problem, lib.sample_batch(problem, N, s), spec, n_test=0)
+        accs.append(lib.evaluate(problem, params, 512, s).acc)
+    assert first.points[0]["per_seed"] == accs
+    with pytest.raises(ValueError, match="mode"):
+        lib.sweep.sweep(cfgs, training=spec, **{**kw, "mode": "limit"})
+    with pytest.raises(ValueError, match="training"):
+        lib.capacity.nstar(cfgs[0], training={"steps": 3}, mode="finite")
