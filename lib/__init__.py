@@ -21,7 +21,8 @@ chapter in brackets):
   optim        the full-batch GD / Adam loop                                                   [2, 7]
   sweep        N* over grids of configurations: resumable, parallel (joblib), bootstrap N*     [7]
   memory       linear associative memories and their capacities                                [2]
-  trainer      multi-step training of the transformers (autograd, and GD on the count route)   [7]
+  trainer      multi-step training of the transformers: autograd reference, and `train`        [7, 10]
+               (GD / Adam on the count route, records, TrainSpec for trained N*)
   construct    a transformer built by hand, Bayes accuracy                                     [1]
   theory       closed-form predictions and fits                                                [2-3]
   lowerbound   counting and coverage bounds, first-gradient estimators and their heuristic N   [9]
@@ -39,6 +40,7 @@ from .steps import StepSizes, ThreeSteps
 from .schedule import three_steps
 from .evaluate import N_TEST, Accuracy, evaluate, predict
 from .experiment import RunResult, run
+from .trainer import TrainSpec, train
 from . import (capacity, construct, counts, decompose, featuremaps, lowerbound, margins, memory, plotting,  # noqa: F401
                search, store, sweep, theory, tokens, trainer)
 
@@ -46,7 +48,7 @@ __all__ = [
     "TaskConfig", "default_device", "derive_seed", "generator", "seed_everything", "Problem",
     "make_problem", "Batch", "keys_values", "sample_batch", "Params", "activation", "cross_entropy",
     "features", "forward", "loss", "zero_params", "Gradients", "autograd_gradients", "gradients",
-    "StepSizes", "ThreeSteps", "three_steps", "N_TEST", "Accuracy", "evaluate", "predict", "RunResult", "run",
+    "StepSizes", "ThreeSteps", "three_steps", "N_TEST", "Accuracy", "evaluate", "predict", "RunResult", "run", "TrainSpec", "train",
     "capacity", "construct", "counts", "decompose", "featuremaps", "lowerbound", "margins", "memory", "plotting", "search", "store",
     "sweep", "theory", "tokens",
     "trainer",

@@ -36,14 +36,17 @@ class NStar:
 
 def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int = 0, n_min: int | None = None,
           n_max: int = 2 ** 20, mode: str = "limit", n_test: int = N_TEST, resolution: float = 0.05,
-          step_sizes: StepSizes = StepSizes(), cache: str | None = None, store: Store | None = None) -> NStar:
-    """Critical sample size by doubling from n_min (default V) and bisection to `resolution`."""
+          step_sizes: StepSizes = StepSizes(), cache: str | None = None, store: Store | None = None,
+          training=None) -> NStar:
+    """Critical sample size by doubling from n_min (default V) and bisection to `resolution`.
+    `training` (a `lib.trainer.TrainSpec`, mode "finite"): N* of the trained model instead."""
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
     n_max = check_int("n_max", n_max, 1)
     n_min = check_int("n_min", n_min if n_min is not None else min(cfg.V, n_max), 1)
-    prefix = point_prefix(cfg, seeds=seeds, seed=seed, mode=mode, n_test=n_test, step_sizes=step_sizes)
+    prefix = point_prefix(cfg, seeds=seeds, seed=seed, mode=mode, n_test=n_test, step_sizes=step_sizes,
+                          training=training)
     if store is not None and cache is not None:
         raise ValueError("cache and store cannot both be given")
     if store is not None and not isinstance(store, Store):
@@ -54,7 +57,8 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
     def ok(N):
         point = store.get(prefix, N)
         if point is None:
-            point = run(cfg, N, mode=mode, seeds=seeds, seed=seed, n_test=n_test, step_sizes=step_sizes)
+            point = run(cfg, N, mode=mode, seeds=seeds, seed=seed, n_test=n_test, step_sizes=step_sizes,
+                        training=training)
             out.runs += 1
             store.put(prefix, point)
         out.points.append(point)

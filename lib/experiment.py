@@ -2,7 +2,9 @@
 
 For each seed s in seed, seed + 1, ..., seed + seeds - 1 it draws the problem `make_problem(cfg, s)`,
 the training batch `sample_batch(problem, N, s)`, runs `three_steps` and evaluates on `n_test`
-fresh samples of split "test" of seed s. It returns the three accuracies' means over seeds, their
+fresh samples of split "test" of seed s. With `training=` a `lib.trainer.TrainSpec` (mode "finite"
+only) the model evaluated is the one `lib.trainer.train_with` reaches from the spec's start
+(zero, or the finite-mode three steps) on the same batch: the trained N* of chapter 10. It returns the three accuracies' means over seeds, their
 spreads (population standard deviation over seeds), the per-seed values and the gamma_W used. The
 command line (`python -m lib train`) and the N* search (`lib.capacity`) both call it.
 """
@@ -18,6 +20,7 @@ from .evaluate import N_TEST, evaluate
 from .schedule import three_steps
 from .steps import MODES, StepSizes
 from .task import sample_batch
+from .trainer import TrainSpec, train_with
 
 METRICS = ("acc", "att_acc", "oracle_acc")
 
@@ -45,7 +48,7 @@ def spread(values) -> float:
 
 
 def run(cfg: TaskConfig, N: int, *, mode: str = "limit", seeds: int = 3, seed: int = 0, n_test: int = N_TEST,
-        step_sizes: StepSizes = StepSizes()) -> RunResult:
+        step_sizes: StepSizes = StepSizes(), training: TrainSpec | None = None) -> RunResult:
     """Mean (over `seeds` problems) accuracies of the three steps trained on N samples."""
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
@@ -54,14 +57,25 @@ def run(cfg: TaskConfig, N: int, *, mode: str = "limit", seeds: int = 3, seed: i
     check_choice("mode", mode, MODES)
     if not isinstance(step_sizes, StepSizes):
         raise ValueError(f"step_sizes must be a StepSizes, got {type(step_sizes).__name__}")
+    if training is not None:
+        if not isinstance(training, TrainSpec):
+            raise ValueError(f"training must be a lib.trainer.TrainSpec or None, got {type(training).__name__}")
+        if mode != "finite":
+            raise ValueError(f"mode must be 'finite' with training (soft attention is trained), got {mode!r}")
     per_seed = {k: [] for k in (*METRICS, "gamma_W")}
     for s in range(seed, seed + seeds):
         problem = make_problem(cfg, s)
-        res = three_steps(problem, sample_batch(problem, N, s), mode, step_sizes=step_sizes)
+        batch = sample_batch(problem, N, s)
+        if training is None:
+            res = three_steps(problem, batch, mode, step_sizes=step_sizes)
+            gamma_W = res.gamma_W
+        else:
+            res, _ = train_with(problem, batch, training, n_test=0)
+            gamma_W = None                     # no W step size: the trained model
         acc = evaluate(problem, res, n_test, s).as_dict()
         for k in METRICS:
             per_seed[k].append(acc[k])
-        per_seed["gamma_W"].append(res.gamma_W)
+        per_seed["gamma_W"].append(gamma_W)
     mean = {k: statistics.fmean(per_seed[k]) for k in METRICS}
     return RunResult(N, seeds, mean["acc"], mean["att_acc"], mean["oracle_acc"],
                      spread(per_seed["acc"]), spread(per_seed["att_acc"]), spread(per_seed["oracle_acc"]),

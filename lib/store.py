@@ -62,17 +62,27 @@ def library_version() -> str:
 
 
 def point_prefix(cfg: TaskConfig, *, seeds: int, seed: int, mode: str, n_test: int,
-                 step_sizes: StepSizes) -> dict:
-    """Everything that fixes a point's numbers except N (and except the device)."""
+                 step_sizes: StepSizes, training=None) -> dict:
+    """Everything that fixes a point's numbers except N (and except the device). A training recipe
+    (`lib.trainer.TrainSpec`, chapter 10) adds a "training" entry; without one the key is unchanged,
+    so three-step points keep their keys and trained points never share one with them."""
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     if not isinstance(step_sizes, StepSizes):
         raise ValueError(f"step_sizes must be a StepSizes, got {type(step_sizes).__name__}")
     check_choice("mode", mode, MODES)
-    return {"config": {k: v for k, v in asdict(cfg).items() if k != "device"},
-            "seeds": check_int("seeds", seeds, 1), "seed": check_int("seed", seed, 0),
-            "mode": mode, "n_test": check_int("n_test", n_test, 1),
-            "step_sizes": asdict(step_sizes), "version": library_version()}
+    prefix = {"config": {k: v for k, v in asdict(cfg).items() if k != "device"},
+              "seeds": check_int("seeds", seeds, 1), "seed": check_int("seed", seed, 0),
+              "mode": mode, "n_test": check_int("n_test", n_test, 1),
+              "step_sizes": asdict(step_sizes), "version": library_version()}
+    if training is not None:
+        from .trainer import TrainSpec
+        if not isinstance(training, TrainSpec):
+            raise ValueError(f"training must be a lib.trainer.TrainSpec or None, got {type(training).__name__}")
+        if mode != "finite":
+            raise ValueError(f"mode must be 'finite' with training (soft attention is trained), got {mode!r}")
+        prefix["training"] = asdict(training)
+    return prefix
 
 
 def record_line(prefix: dict, result: RunResult) -> str:

@@ -115,6 +115,7 @@ class SweepPoint:
     computed: int = 0                      # points computed by this call (the rest came from the cache)
     seconds: float = 0.0
     from_cache: bool = False               # True when nothing had to be computed
+    training: dict | None = None           # the TrainSpec (as a dict) of a trained N*, None: three steps
 
     def config(self, device: str | None = None) -> TaskConfig:
         """The TaskConfig of this point (on `device`, default: the default device)."""
@@ -167,7 +168,8 @@ def _one(cfg: TaskConfig, store: Store, opts: dict, parent: int | None = None) -
     t0 = time.perf_counter()
     res = nstar_search(cfg, opts["threshold"], seeds=opts["seeds"], seed=opts["seed"], n_min=opts["n_min"],
                        n_max=opts["n_max"], mode=opts["mode"], n_test=opts["n_test"],
-                       resolution=opts["resolution"], step_sizes=opts["step_sizes"], store=store)
+                       resolution=opts["resolution"], step_sizes=opts["step_sizes"], store=store,
+                       training=opts["training"])
     by_n = {}
     for p in res.points:
         by_n[p.N] = {"N": p.N, "acc": p.acc, "acc_std": p.acc_std, "per_seed": list(p.per_seed["acc"]),
@@ -179,18 +181,21 @@ def _one(cfg: TaskConfig, store: Store, opts: dict, parent: int | None = None) -
                       seeds=opts["seeds"], seed=opts["seed"], mode=opts["mode"], n_test=opts["n_test"],
                       nstar=res.nstar, last_false=res.last_false, points=points, nstar_q10=q10, nstar_q90=q90,
                       nstar_agree=agree, computed=res.runs, seconds=time.perf_counter() - t0,
-                      from_cache=res.runs == 0)
+                      from_cache=res.runs == 0,
+                      training=None if opts["training"] is None else asdict(opts["training"]))
 
 
 def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3, seed: int = 0,
           mode: str = "limit", step_sizes: StepSizes = StepSizes(), n_min: int | None = None,
           n_max: int = 2 ** 20, resolution: float = 0.05, n_test: int = N_TEST, cache: str | None = None,
-          jobs: int = 1, progress: bool = False, backend: str | None = None) -> list[SweepPoint]:
+          jobs: int = 1, progress: bool = False, backend: str | None = None,
+          training=None) -> list[SweepPoint]:
     """N* of every configuration, in input order (see the module docstring for store and parallelism).
 
     jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores): joblib with `backend`
     (default: joblib's current one, loky processes unless a `joblib.parallel_backend` context says
-    otherwise). progress: a tqdm bar over grid points on stderr.
+    otherwise). progress: a tqdm bar over grid points on stderr. training: a `lib.trainer.TrainSpec`
+    (with mode="finite") sweeps the N* of the trained model instead; it is part of the store key.
     """
     if isinstance(configs, TaskConfig) or not isinstance(configs, (list, tuple)):
         raise ValueError(f"configs must be a list of TaskConfig, got {type(configs).__name__}")
@@ -212,10 +217,11 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
         known = sorted(set(BACKENDS) | set(EXTERNAL_BACKENDS))
         if not isinstance(backend, str) or backend not in known:
             raise ValueError(f"backend must be a joblib backend ({', '.join(known)}), got {backend!r}")
-    prefixes = [point_prefix(c, seeds=seeds, seed=seed, mode=mode, n_test=n_test, step_sizes=step_sizes)
+    prefixes = [point_prefix(c, seeds=seeds, seed=seed, mode=mode, n_test=n_test, step_sizes=step_sizes,
+                             training=training)
                 for c in configs]                                     # validates seeds, seed, mode, n_test, step_sizes
     opts = dict(threshold=threshold, seeds=seeds, seed=seed, n_min=n_min, n_max=n_max, mode=mode,
-                n_test=n_test, resolution=resolution, step_sizes=step_sizes)
+                n_test=n_test, resolution=resolution, step_sizes=step_sizes, training=training)
     store = Store(cache)
     from tqdm import tqdm
     bar = tqdm(total=len(configs), desc="N* sweep", unit="point", disable=not progress)

@@ -8,24 +8,46 @@ closed-form count-route step: `gd_counts` runs the same full-batch gradient desc
 `lib.counts.gradients`, and tests/test_trainer.py binds the two (float64, relative 1e-10).
 The loop itself (`TrainConfig`, `History`) lives in `lib.optim`; linear associative memories are
 trained by `lib.memory.train_memory` (re-exported here).
+
+`train` (chapter 10) is the count-route trainer for many steps: full-batch gradient descent or Adam
+on both blocks (W_V and the full d x d W_KQ, whose gradient is rank one, k q^T), from zero or from
+the finite-mode three-step solution, with a tqdm bar and a `TrainRecord` every `record_every` steps:
+training loss and accuracy (from the gradient pass itself, before that step's update), and on fresh
+test samples the accuracy, the attention accuracy (argmax_t s_t = l) and the attention entropy
+(mean over samples of -sum_t a_t log a_t, in nats; log K for uniform attention). Adam is written
+out (torch.optim.Adam's update, betas (0.9, 0.999), eps 1e-8, no weight decay) on the closed-form
+gradients; tests/test_train.py binds it and GD to `train_transformer` (autograd) to 1e-10 in float64.
+`TrainSpec` names one training recipe; `lib.experiment.run(..., training=spec)` and the N* search
+and sweep (`lib.capacity`, `lib.sweep`) evaluate trained models with it, the spec being part of
+the store key so that trained and three-step points never mix.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as Fn
+from tqdm.auto import tqdm
 
+from .config import check_bool, check_choice, check_float, check_int
 from .counts import count_gradients
 from .embeddings import Problem
+from .evaluate import N_TEST
 from .memory import train_memory
 from .models import Params, check_params, zero_params
 from .optim import OPTIMIZERS, History, TrainConfig, fit
-from .task import Batch, check_batch
-from .tokens import chunks, forward_chunk
+from .schedule import three_steps
+from .steps import StepSizes, ThreeSteps
+from .task import Batch, check_batch, sample_batch
+from .tokens import chunk_size, chunks, forward_chunk, position_scores
 
-__all__ = ["OPTIMIZERS", "History", "TrainConfig", "train_memory", "train_transformer", "gd_counts"]
+__all__ = ["OPTIMIZERS", "History", "TrainConfig", "train_memory", "train_transformer", "gd_counts",
+           "TrainSpec", "TrainRecord", "train", "train_with", "attention_summary", "INITS"]
+
+INITS = ("zero", "three_steps")
 
 
 def _check(problem: Problem, batch: Batch, cfg: TrainConfig, init: Params | None) -> Params:
@@ -84,3 +106,151 @@ def gd_counts(problem: Problem, batch: Batch, steps: int, lr: float, lr_KQ: floa
             W_KQ = W_KQ - lr_KQ * g.W_KQ
     hist.seconds = time.perf_counter() - t0
     return Params(W_V, W_KQ), hist
+
+
+# ----------------------------------------------------------------------------- many steps, count route
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """One training recipe: optimizer, steps, learning rates, start ("zero" or "three_steps": the
+    finite-mode three steps with default `StepSizes`). Part of the store key of trained points."""
+
+    optimizer: str = "adam"
+    steps: int = 200
+    lr: float = 0.01
+    lr_KQ: float | None = None       # None: the same as lr
+    init: str = "zero"
+
+    def __post_init__(self):
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_int("steps", self.steps, 0)
+        check_float("lr", self.lr, 0.0, 1e12, strict_min=True)
+        if self.lr_KQ is not None:
+            check_float("lr_KQ", self.lr_KQ, 0.0, 1e12)
+        check_choice("init", self.init, INITS)
+
+
+@dataclass
+class TrainRecord:
+    """What `train` records every `record_every` steps (and at the last step), before that step's update."""
+
+    step: list = field(default_factory=list)
+    loss: list = field(default_factory=list)       # training cross-entropy
+    acc: list = field(default_factory=list)        # training accuracy
+    test_acc: list = field(default_factory=list)   # accuracy on fresh test samples
+    att_acc: list = field(default_factory=list)    # attention argmax on the informative position (test)
+    entropy: list = field(default_factory=list)    # mean attention entropy in nats (test)
+    seconds: float = 0.0                           # wall time of the whole run, records included
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("step", "loss", "acc", "test_acc", "att_acc", "entropy", "seconds")}
+
+
+def attention_summary(problem: Problem, params: Params, batch: Batch) -> dict:
+    """Accuracy, attention accuracy and mean attention entropy (nats) of soft-attention params on a
+    batch, on token ids (no (N, L, d) tensor)."""
+    check_params(problem, params)
+    check_batch(problem, batch)
+    if params.hard:
+        raise ValueError("params must use soft attention (hard=False) for an attention entropy")
+    w = params.W_KQ @ problem.z_eos
+    readout = params.W_V.T @ problem.U.T
+    hits = att = 0
+    ent = 0.0
+    for b in chunks(batch, chunk_size(problem)):
+        f = forward_chunk(problem, params.W_V, w, b, False, readout)
+        hits += int((f.logits.argmax(1) == b.labels).sum())
+        att += int((f.scores.argmax(1) == b.pos).sum())
+        logp = torch.log_softmax(f.scores, 1)
+        ent += float(-(logp.exp() * logp).sum())
+    return {"acc": hits / batch.N, "att_acc": att / batch.N, "entropy": ent / batch.N}
+
+
+def _initial(problem: Problem, batch: Batch, init) -> Params:
+    if isinstance(init, str):
+        check_choice("init", init, INITS)
+        if init == "zero":
+            return zero_params(problem.cfg)
+        init = three_steps(problem, batch, "finite", step_sizes=StepSizes())
+    if isinstance(init, ThreeSteps):
+        if init.mode != "finite":
+            raise ValueError("init from ThreeSteps needs the finite mode (limit mode attention is hard)")
+        init = init.params
+    if not isinstance(init, Params):
+        raise ValueError(f"init must be 'zero', 'three_steps', a Params or a ThreeSteps, got {type(init).__name__}")
+    check_params(problem, init)
+    if init.hard:
+        raise ValueError("init must use soft attention (hard=False): argmax attention has no gradient")
+    return init
+
+
+def train(problem: Problem, batch: Batch, *, optimizer: str = "adam", steps: int = 200, lr: float = 0.01,
+          lr_KQ: float | None = None, init="zero", record_every: int = 10, n_test: int = N_TEST,
+          test_seed: int = 0, test_batch: Batch | None = None, progress: bool = False,
+          betas: tuple = (0.9, 0.999), eps: float = 1e-8) -> tuple[Params, TrainRecord]:
+    """Full-batch GD or Adam on the empirical cross-entropy of `batch`, with the closed-form
+    count-route gradients (`lib.counts.count_gradients`: token ids, no (N, L, d) tensor).
+
+    init: "zero", "three_steps" (finite mode, default step sizes, on this batch), a soft Params or a
+    finite-mode ThreeSteps. Records every `record_every` steps and at the end (see `TrainRecord`);
+    the test metrics use `test_batch`, or `n_test` fresh samples of split "test" of `test_seed`
+    (n_test = 0: no test metrics, NaN recorded). Returns the final params (after `steps` updates)."""
+    check_batch(problem, batch)
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    steps = check_int("steps", steps, 0)
+    lr = check_float("lr", lr, 0.0, 1e12, strict_min=True)
+    lr_KQ = lr if lr_KQ is None else check_float("lr_KQ", lr_KQ, 0.0, 1e12)
+    record_every = check_int("record_every", record_every, 1)
+    n_test = check_int("n_test", n_test, 0)
+    check_bool("progress", progress)
+    if (not isinstance(betas, (tuple, list)) or len(betas) != 2
+            or not all(isinstance(x, (int, float)) and 0.0 <= x < 1.0 for x in betas)):
+        raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
+    eps = check_float("eps", eps, 0.0, 1.0, strict_min=True)
+    p = _initial(problem, batch, init)
+    if test_batch is None and n_test > 0:
+        test_batch = sample_batch(problem, n_test, test_seed, split="test")
+    if test_batch is not None:
+        check_batch(problem, test_batch)
+    W = [p.W_V.clone(), p.W_KQ.clone()]
+    lrs = [lr, lr_KQ]
+    m = [torch.zeros_like(x) for x in W]
+    v = [torch.zeros_like(x) for x in W]
+    rec = TrainRecord()
+    t0 = time.perf_counter()
+    bar = tqdm(range(steps + 1), disable=not progress, leave=False, desc=f"{optimizer} (count route)")
+    for step in bar:
+        g = count_gradients(problem, Params(W[0], W[1]), batch)
+        if not math.isfinite(g.loss):
+            raise FloatingPointError(f"loss became {g.loss} at step {step}: lower lr (got lr={lr}, lr_KQ={lr_KQ})")
+        if step % record_every == 0 or step == steps:
+            rec.step.append(step), rec.loss.append(g.loss), rec.acc.append(g.correct / batch.N)
+            if test_batch is not None:
+                summ = attention_summary(problem, Params(W[0], W[1]), test_batch)
+            else:
+                summ = {"acc": math.nan, "att_acc": math.nan, "entropy": math.nan}
+            rec.test_acc.append(summ["acc"]), rec.att_acc.append(summ["att_acc"]), rec.entropy.append(summ["entropy"])
+            bar.set_postfix(loss=f"{g.loss:.3g}", acc=f"{g.correct / batch.N:.3f}")
+        if step == steps:
+            break
+        grads = [g.W_V, g.W_KQ]
+        if optimizer == "gd":
+            W = [x - a * gr for x, a, gr in zip(W, lrs, grads)]
+        else:                                      # torch.optim.Adam's update, written out
+            t = step + 1
+            bc1, bc2 = 1 - betas[0] ** t, 1 - betas[1] ** t
+            for i in range(2):
+                m[i] = m[i] * betas[0] + (1 - betas[0]) * grads[i]
+                v[i] = v[i] * betas[1] + (1 - betas[1]) * grads[i] * grads[i]
+                denom = v[i].sqrt() / math.sqrt(bc2) + eps
+                W[i] = W[i] - (lrs[i] / bc1) * m[i] / denom
+    rec.seconds = time.perf_counter() - t0
+    return Params(W[0], W[1]), rec
+
+
+def train_with(problem: Problem, batch: Batch, spec: TrainSpec, **kw) -> tuple[Params, TrainRecord]:
+    """`train` with the recipe of a `TrainSpec` (extra keywords: record_every, n_test, progress, ...)."""
+    if not isinstance(spec, TrainSpec):
+        raise ValueError(f"spec must be a TrainSpec, got {type(spec).__name__}")
+    return train(problem, batch, optimizer=spec.optimizer, steps=spec.steps, lr=spec.lr, lr_KQ=spec.lr_KQ,
+                 init=spec.init, **kw)

@@ -1,0 +1,107 @@
+"""Benchmark of chapter 10's trainer: one full-batch step on the count route against named baselines
+measured in the same run, and a long Adam run.
+
+  floor    : one torch.bincount over the same N L token ids;
+  autograd : one step of the reference trainer `lib.trainer.train_transformer` (torch autograd through
+             the token-id forward pass, chunked, same N, same parameters), loss + both gradients;
+  count    : one step of `lib.train` (closed-form count-route gradients, `lib.counts.count_gradients`,
+             plus the Adam update), median over --repeat steps.
+The parameters are the finite-mode three-step solution (a generic point, not zero). Prints the
+times, the ratios count / floor and autograd / count, the peak resident memory of this process
+after the count-route steps (before autograd has run: the batch plus the count route's chunk
+temporaries), and with --long K the wall time of a K-step Adam run (progress every 50 steps).
+With --long K --target T (K < T) the K-step run is timed and T steps are extrapolated from it, labelled.
+Usage: OMP_NUM_THREADS=1 python bench/bench_train.py --V 256 --d 128 --L 16 [--N 1000000] [--long 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+
+import torch
+
+import lib
+from lib.trainer import TrainConfig, train, train_transformer
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--V", type=int, default=256)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--L", type=int, default=16)
+    ap.add_argument("--N", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--autograd", type=int, default=1, help="autograd steps to time (0: skip)")
+    ap.add_argument("--long", type=int, default=0, help="steps of the long Adam run (0: skip)")
+    ap.add_argument("--target", type=int, default=500, help="steps to extrapolate the long run to")
+    ap.add_argument("--lr", type=float, default=0.01)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    cfg = lib.TaskConfig(V=a.V, d=a.d, L=a.L, device="cpu")
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, a.N, 0)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; V={a.V} d={a.d} L={a.L} N={a.N} "
+          f"(float32); token ids {batch.tokens.dtype}, {batch.tokens.numel() * batch.tokens.element_size() / 2**20:.0f} MiB",
+          flush=True)
+    t = time.perf_counter()
+    start = lib.three_steps(problem, batch, "finite").params
+    print(f"three steps (finite, start point): {time.perf_counter() - t:.2f} s", flush=True)
+    ids = batch.tokens.reshape(-1)
+    floor = statistics.median(_time(lambda: torch.bincount(ids, minlength=cfg.V_in)) for _ in range(5))
+    before = peak_mib()
+    times = []
+    p = start
+    for _ in range(a.repeat):             # one Adam step = one count-route gradient + the update
+        t = time.perf_counter()
+        p, _ = train(problem, batch, optimizer="adam", steps=1, lr=a.lr, init=p, n_test=0, record_every=10)
+        times.append((time.perf_counter() - t) / 2)      # steps=1 evaluates the gradient twice
+    count = statistics.median(times)
+    peak_count = peak_mib()
+    print(f"floor    torch.bincount over {ids.numel()} ids: {floor:.4f} s", flush=True)
+    print(f"count    one full-batch step (median of {a.repeat}): {count:.3f} s  = {count / floor:.0f} x floor", flush=True)
+    print(f"peak RSS after the count-route steps: {peak_count:.0f} MiB (before them: {before:.0f} MiB)", flush=True)
+    if a.autograd:
+        warm = lib.sample_batch(problem, 2048, 1)        # autograd's one-time start-up cost is not a step
+        train_transformer(problem, warm, TrainConfig(steps=0, lr=a.lr, optimizer="adam"), init=start)
+        ts = []
+        for _ in range(a.autograd):
+            t = time.perf_counter()
+            train_transformer(problem, batch, TrainConfig(steps=0, lr=a.lr, optimizer="adam"), init=start)
+            ts.append(time.perf_counter() - t)
+        auto = statistics.median(ts)
+        print(f"autograd one full-batch step (chunk 8192, median of {a.autograd}): {auto:.3f} s  "
+              f"= {auto / count:.1f} x the count-route step", flush=True)
+        print(f"peak RSS after autograd: {peak_mib():.0f} MiB", flush=True)
+    if a.long:
+        t = time.perf_counter()
+        params, rec = train(problem, batch, optimizer="adam", steps=a.long, lr=a.lr, init="zero", n_test=2 ** 13,
+                            record_every=max(1, a.long // 10), progress=False)
+        wall = time.perf_counter() - t
+        per = wall / (a.long + 1)
+        print(f"long run: {a.long} Adam steps from zero (lr {a.lr}) in {wall:.0f} s "
+              f"({per:.2f} s per step, records included)", flush=True)
+        if a.target != a.long:
+            print(f"EXTRAPOLATED (not run): {a.target} steps at this rate = {per * (a.target + 1):.0f} s "
+                  f"= {per * (a.target + 1) / 60:.1f} min", flush=True)
+        for row in zip(rec.step, rec.loss, rec.acc, rec.test_acc, rec.att_acc, rec.entropy):
+            print("  step {:4d} loss {:.4f} train acc {:.4f} test acc {:.4f} att acc {:.4f} entropy {:.3f}".format(*row),
+                  flush=True)
+    sys.stdout.flush()
+
+
+def _time(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+if __name__ == "__main__":
+    main()
