@@ -223,8 +223,8 @@ class FactModelConfig:
     activation: str = "relu"     # MLP activation (a name of lib.config.ACTIVATIONS)
     embeddings: str = "random"   # "random" N(0, I/d) or "orthogonal" (orthonormal rows)
     train_embeddings: bool = False   # frozen, as in their run.py
-    values: str = "trained"      # "trained" V, O; "identity": V = O = I (needs H = 1, d_h = d), so
-                                 # attention only routes (o = sum_t a_t e_t) and cannot store facts
+    values: str = "trained"      # "trained" V, O; "identity": V = O = I_d (needs H = 1; d_h is then the
+                                 # key/query dimension only), so attention routes (o = sum_t a_t e_t), never stores
     seed: int = 0                # seed of the embeddings and the initialisation
 
     def __post_init__(self):
@@ -234,8 +234,8 @@ class FactModelConfig:
         check_choice("embeddings", self.embeddings, EMBEDDINGS)
         check_bool("train_embeddings", self.train_embeddings)
         check_choice("values", self.values, VALUES)
-        if self.values == "identity" and (self.H != 1 or self.d_h != self.d):
-            raise ValueError(f"values='identity' needs H = 1 and d_h = d, got H={self.H}, d_h={self.d_h}, d={self.d}")
+        if self.values == "identity" and self.H != 1:
+            raise ValueError(f"values='identity' needs H = 1, got H={self.H}")
 
 
 def embeddings(n: int, d: int, kind: str, g: torch.Generator, dtype=torch.float32) -> torch.Tensor:
@@ -251,7 +251,8 @@ def embeddings(n: int, d: int, kind: str, g: torch.Generator, dtype=torch.float3
 
 class FactTransformer(torch.nn.Module):
     """One layer of H softmax heads (query: the last position), output projection, MLP with residual,
-    unembedding over the R D answers. forward(x: (N, T) long) -> logits (N, R D)."""
+    unembedding over the R D answers. forward(x: (N, T) long) -> logits (N, R D). With
+    values='identity' the one head's values are the embeddings themselves (V = O = I_d, buffers)."""
 
     def __init__(self, task: FactTask, cfg: FactModelConfig, dtype=torch.float32):
         super().__init__()
@@ -292,7 +293,7 @@ class FactTransformer(torch.nn.Module):
         k = torch.einsum("ntd,hdk->nhtk", e, self.K)                 # (N, H, T, d_h)
         v = torch.einsum("ntd,hdk->nhtk", e, self.V)
         a = torch.softmax(torch.einsum("nhtk,nhk->nht", k, q) / math.sqrt(self.cfg.d_h), dim=-1)
-        o = torch.einsum("nht,nhtk->nhk", a, v).reshape(x.shape[0], -1) @ self.O   # (N, d)
+        o = torch.einsum("nht,nhtk->nhk", a, v).reshape(x.shape[0], -1) @ self.O   # (N, d); v is (N, H, T, d_v)
         return o, a
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -333,7 +334,7 @@ class LinearAttention(torch.nn.Module):
 
 
 def param_counts(model: torch.nn.Module) -> dict:
-    """Parameters per block, by formula: attention 4 H d_h d (Q, K, V, O; 2 H d_h d with values='identity'), MLP 2 m d + m (W1, b1, W2),
+    """Parameters per block, by formula: attention 4 H d_h d (Q, K, V, O; 2 d_h d with values='identity'), MLP 2 m d + m (W1, b1, W2),
     embeddings (vocab + R D) d, and `trainable` (what the optimizer moves). Their sweeps count
     4 H d_h d + 2 m d (param_scaling_sweep.py): the MLP bias (m numbers) is left out there."""
     if isinstance(model, FactTransformer):
@@ -535,26 +536,31 @@ def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: TrainCo
 
 
 def block_config(block: str, n: int, d: int, d_h: int, unit: int, seed: int = 0,
-                 activation: str = "relu") -> FactModelConfig:
+                 activation: str = "relu", heads: int = 0) -> FactModelConfig:
     """Model n of a block's search. "attention": n heads of dimension d_h, no MLP (the facts must sit
-    in V and O). "mlp": one routing head (values='identity', d_h = d) and an MLP of width n unit (the
-    facts must sit in the MLP)."""
+    in V and O). "mlp": an MLP of width n unit after one routing head (values='identity', query/key
+    dimension d_h; the facts must sit in the MLP) when heads = 0, or after `heads` trained heads of dimension d_h
+    (attention and MLP share the facts: the frontier between the blocks)."""
     check_choice("block", block, BLOCKS)
     n, unit = check_int("n", n, 1), check_int("unit", unit, 1)
+    heads = check_int("heads", heads, 0)
     if block == "attention":
         return FactModelConfig(d=d, H=n, d_h=d_h, m=0, seed=seed, activation=activation)
-    return FactModelConfig(d=d, H=1, d_h=d, m=n * unit, values="identity", seed=seed, activation=activation)
+    if heads:
+        return FactModelConfig(d=d, H=heads, d_h=d_h, m=n * unit, seed=seed, activation=activation)
+    return FactModelConfig(d=d, H=1, d_h=d_h, m=n * unit, values="identity", seed=seed, activation=activation)
 
 
 def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: TrainConfig, *, d: int,
                    d_h: int = 8, unit: int = 1, n_max: int = 64, resolution: float = 1e-9, seed: int = 0,
+                   heads: int = 0,
                    store: FactStore | None = None, device: str = "cpu") -> dict:
     """Smallest n (heads, or MLP width in units of `unit`) whose trained model reaches `threshold`
     (best logged test accuracy), by lib.search.threshold_search (doubling, then bisection until the
     bracket is within `resolution` of n; the default is unit resolution, lib.search.smallest_true's);
     assumes success is monotone in n. Returns n (the first success found), the last failure below it,
     the model's trainable parameters and the grown block's own parameters; n = None when n_max is not
-    enough."""
+    enough. `heads`: see `block_config` (block "mlp" only)."""
     check_choice("block", block, BLOCKS)
     threshold = check_float("threshold", threshold, 0.0, 1.0)
     _check_task(task)
@@ -562,9 +568,9 @@ def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: Trai
         store = FactStore()
 
     def ok(n):
-        return trained_point(task, block_config(block, n, d, d_h, unit, seed), train_cfg, store, device)["max_acc"] >= threshold
+        return trained_point(task, block_config(block, n, d, d_h, unit, seed, heads=heads), train_cfg, store, device)["max_acc"] >= threshold
     br = threshold_search(ok, 1, check_int("n_max", n_max, 1), resolution)
     if br.first_true is None:
         return {"n": None, "last_false": br.last_false, "params": None, "block_params": None}
-    c = param_counts(FactTransformer(task, block_config(block, br.first_true, d, d_h, unit, seed)))
+    c = param_counts(FactTransformer(task, block_config(block, br.first_true, d, d_h, unit, seed, heads=heads)))
     return {"n": br.first_true, "last_false": br.last_false, "params": c["trainable"], "block_params": c[block]}
