@@ -336,7 +336,7 @@ class LinearAttention(torch.nn.Module):
 def param_counts(model: torch.nn.Module) -> dict:
     """Parameters per block, by formula: attention 4 H d_h d (Q, K, V, O; 2 d_h d with values='identity'), MLP 2 m d + m (W1, b1, W2),
     embeddings (vocab + R D) d, and `trainable` (what the optimizer moves). Their sweeps count
-    4 H d_h d + 2 m d (param_scaling_sweep.py): the MLP bias (m numbers) is left out there."""
+    4 H d_h d + 2 m d (fact_recall_sweep.py): the MLP bias (m numbers) is left out there."""
     if isinstance(model, FactTransformer):
         c, t = model.cfg, model.task
         out = {"attention": (4 if c.values == "trained" else 2) * c.H * c.d_h * c.d, "mlp": 2 * c.m * c.d + c.m,
