@@ -26,6 +26,7 @@ chapter in brackets):
   construct    a transformer built by hand, Bayes accuracy                                     [1]
   theory       closed-form predictions and fits                                                [2-3]
   lowerbound   counting and coverage bounds, first-gradient estimators and their heuristic N   [9]
+  factual      factual recall (subjects, relations): task, one-layer models, training, capacity [11]
   plotting     figure helpers with the book's colours                                          [all]
   cli          `python -m lib train | nstar | sweep`
 """
@@ -41,6 +42,7 @@ from .schedule import three_steps
 from .evaluate import N_TEST, Accuracy, evaluate, predict
 from .experiment import RunResult, run
 from .trainer import TrainSpec, train
+from . import factual  # noqa: F401  (chapter 11)
 from . import (capacity, construct, counts, decompose, featuremaps, lowerbound, margins, memory, plotting,  # noqa: F401
                search, store, sweep, theory, tokens, trainer)
 
@@ -53,4 +55,5 @@ __all__ = [
     "sweep", "theory", "tokens",
     "trainer",
 ]
+__all__ += ["factual"]
 __version__ = "0.2.0"

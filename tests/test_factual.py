@@ -1,0 +1,202 @@
+"""lib.factual (chapter 11): the sampler against its definition, parameter counts against hand
+counts, autograd against finite differences, the relation-only predictor against brute force, the
+cache (a rerun trains nothing) and argument validation."""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from lib import factual as F
+
+
+def test_fact_table_answers_lie_in_their_relation_block():
+    for table in ("random", "balanced"):
+        task = F.FactTask(S=12, R=3, D=4, table=table, seed=2)
+        a = F.fact_table(task)
+        assert a.shape == (12, 3)
+        r = torch.arange(3)[None, :]
+        assert ((a >= r * 4) & (a < (r + 1) * 4)).all()
+        assert torch.equal(a, F.fact_table(task))                      # fixed per seed
+    counts = torch.stack([torch.bincount(F.fact_table(F.FactTask(S=12, R=3, D=4, table="balanced"))[:, r] - 4 * r,
+                                         minlength=4) for r in range(3)])
+    assert (counts == 3).all()                                         # balanced: each answer S/D times
+
+
+@pytest.mark.parametrize("eos", [False, True])
+def test_sampler_positions_and_answers_follow_the_definition(eos):
+    task = F.FactTask(S=10, R=3, D=5, T=7, eos=eos, seed=1)
+    table = F.fact_table(task)
+    b = F.sample(task, 5000, "train")
+    S, R, T = 10, 3, 7
+    rows = torch.arange(b.N)
+    assert torch.equal(b.x[rows, b.s_pos], b.subject)
+    assert torch.equal(b.x[rows, b.r_pos], S + b.relation)
+    assert torch.equal(b.y, table[b.subject, b.relation])
+    assert int(b.s_pos.max()) == T - 2 and int(b.s_pos.min()) == 0     # subject among the first T - 1
+    other = torch.ones_like(b.x, dtype=torch.bool)
+    other[rows, b.s_pos] = False
+    other[rows, b.r_pos] = False
+    if eos:
+        assert (b.r_pos != b.s_pos).all() and int(b.r_pos.max()) == T - 2
+        assert (b.x[:, -1] == task.eos_token).all()
+        other[:, -1] = False
+    else:
+        assert (b.r_pos == T - 1).all()
+    noise = b.x[other]
+    assert int(noise.min()) >= S + R and int(noise.max()) < S + R + task.n_noise
+    # uniform positions: every position's frequency within 5 standard errors
+    n_pos = T - 1
+    freq = torch.bincount(b.s_pos, minlength=n_pos).double() / b.N
+    assert (freq - 1 / n_pos).abs().max() < 5 * math.sqrt((1 / n_pos) / b.N)
+
+
+def test_sampler_is_nested_in_N_and_streams_differ():
+    task = F.FactTask(S=8, R=2, D=3, T=5, seed=4)
+    big, small = F.sample(task, F.SAMPLE_BLOCK + 300), F.sample(task, 1000)
+    assert torch.equal(big.x[:1000], small.x) and torch.equal(big.y[:1000], small.y)
+    assert not torch.equal(F.sample(task, 1000, "test").x, small.x)
+
+
+def test_zipf_weights_shape_the_subject_frequencies():
+    task = F.FactTask(S=6, R=2, D=2, alpha=1.0)
+    b = F.sample(task, 20000)
+    freq = torch.bincount(b.subject, minlength=6).double() / b.N
+    assert (freq - F.zipf_weights(6, 1.0)).abs().max() < 0.015
+
+
+def test_relation_only_predictor_matches_brute_force():
+    task = F.FactTask(S=9, R=3, D=4, alpha=0.7, beta=0.3, seed=3)
+    table, p, w = F.fact_table(task), F.zipf_weights(9, 0.7), F.zipf_weights(3, 0.3)
+    q = F.relation_only(task)
+    acc = loss = 0.0
+    for r in range(3):
+        dist = {}
+        for s in range(9):
+            dist[int(table[s, r])] = dist.get(int(table[s, r]), 0.0) + float(p[s])
+        acc += float(w[r]) * max(dist.values())
+        loss -= float(w[r]) * sum(v * math.log(v) for v in dist.values())
+        for a in range(12):
+            assert float(q[r, a]) == pytest.approx(dist.get(a, 0.0), abs=1e-12)
+    sc = F.relation_only_scores(task)
+    assert sc["acc"] == pytest.approx(acc, abs=1e-12) and sc["loss"] == pytest.approx(loss, abs=1e-12)
+    even = F.relation_only_scores(F.FactTask(S=16, R=4, D=8, table="balanced"))
+    assert even["acc"] == pytest.approx(1 / 8) and even["loss"] == pytest.approx(math.log(8))
+
+
+@pytest.mark.parametrize("H, d_h, m, values, train_emb", [(3, 4, 0, "trained", False), (2, 5, 7, "trained", True),
+                                                          (1, 3, 9, "identity", False)])
+def test_parameter_counts_equal_hand_counts_and_numel(H, d_h, m, values, train_emb):
+    d = 6
+    task = F.FactTask(S=5, R=2, D=3)
+    if values == "identity":
+        H = 1
+    model = F.FactTransformer(task, F.FactModelConfig(d=d, H=H, d_h=d_h, m=m, values=values, train_embeddings=train_emb))
+    c = F.param_counts(model)
+    hand_attn = (4 if values == "trained" else 2) * H * d_h * d
+    assert c["attention"] == hand_attn and c["mlp"] == 2 * m * d + m
+    assert c["embeddings"] == (5 + 2 + 7 + 1) * d + 6 * d
+    assert c["trainable"] == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert model(F.sample(task, 11).x).shape == (11, 6)
+    lin = F.LinearAttention(task)
+    assert F.param_counts(lin)["trainable"] == sum(p.numel() for p in lin.parameters()) == 15 * 15 + 15 * 6
+
+
+def _fd_check(model, x, y):
+    params = [p for p in model.parameters() if p.requires_grad]
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    grads = torch.autograd.grad(loss, params)
+    g = torch.Generator().manual_seed(0)
+    for p, gr in zip(params, grads):
+        for _ in range(3):
+            idx = tuple(int(torch.randint(n, (1,), generator=g)) for n in p.shape)
+            h, old = 1e-6, p.data[idx].item()
+            p.data[idx] = old + h
+            up = torch.nn.functional.cross_entropy(model(x), y).item()
+            p.data[idx] = old - h
+            dn = torch.nn.functional.cross_entropy(model(x), y).item()
+            p.data[idx] = old
+            assert gr[idx].item() == pytest.approx((up - dn) / (2 * h), rel=1e-6, abs=1e-9)
+
+
+def test_autograd_gradient_equals_finite_differences_in_float64():
+    task = F.FactTask(S=4, R=2, D=3, T=5, eos=True)
+    b = F.sample(task, 7)
+    model = F.FactTransformer(task, F.FactModelConfig(d=5, H=2, d_h=3, m=4, activation="he3",
+                                                      train_embeddings=True), dtype=torch.float64)
+    _fd_check(model, b.x, b.y)
+    lin = F.LinearAttention(task, "random", d=6, init=0.3, dtype=torch.float64)
+    _fd_check(lin, b.x, b.y)
+
+
+def test_attention_heads_attend_from_the_last_position():
+    task = F.FactTask(S=4, R=2, D=3, T=5)
+    model = F.FactTransformer(task, F.FactModelConfig(d=6, H=2, d_h=3), dtype=torch.float64)
+    x = F.sample(task, 3).x
+    o, a = model.attention(x)
+    e = model.wte[x]
+    for h in range(2):
+        s = (e @ model.K[h]) @ (e[:, -1] @ model.Q[h])[:, :, None] / math.sqrt(3)      # (N, T, 1)
+        assert torch.allclose(a[:, h], torch.softmax(s[..., 0], -1))
+    assert torch.allclose(a.sum(-1), torch.ones(3, 2, dtype=torch.float64))
+
+
+def test_training_learns_a_small_task_and_logs_every_k_steps():
+    task = F.FactTask(S=4, R=2, D=2, T=4)
+    hist = F.train(F.FactTransformer(task, F.FactModelConfig(d=16, H=2, d_h=8)),
+                   F.TrainConfig(steps=120, batch=128, lr=3e-2, log_every=30, n_test=512))
+    assert hist.step == [0, 30, 60, 90, 120]
+    assert hist.acc[-1] > 0.95 and hist.rel_acc[-1] > 0.95 and hist.loss[-1] < hist.loss[0]
+
+
+def test_metrics_of_the_relation_only_predictor_are_its_scores():
+    task = F.FactTask(S=16, R=4, D=8, table="balanced")
+    b, q = F.sample(task, 4000), F.relation_only(task)
+    m = F.metrics(torch.log(q[b.relation].clamp_min(1e-30)), b, task, q)
+    assert m["kl"] == pytest.approx(0.0, abs=1e-9) and m["rel_acc"] == 1.0
+    assert m["loss"] == pytest.approx(math.log(8), abs=1e-6)
+
+
+def test_plateau_reads_the_logged_stage():
+    h = F.History(step=[0, 10, 20, 30, 40], loss=[0] * 5, acc=[0.1, 0.12, 0.13, 0.9, 1.0], rel_acc=[0.2, 1, 1, 1, 1],
+                  sub_acc=[0] * 5, kl=[1.4, 0.05, 0.02, 0.5, 2.0])
+    p = F.plateau(h)
+    assert (p["first"], p["last"], p["length"]) == (10, 20, 20)
+    assert F.plateau(h, kl_max=0.01)["length"] == 0
+
+
+def test_capacity_search_uses_the_cache_and_a_rerun_trains_nothing(tmp_path):
+    task = F.FactTask(S=4, R=2, D=2, T=4)
+    tc = F.TrainConfig(steps=60, batch=64, lr=3e-2, log_every=20, n_test=256, stop_at=0.9)
+    path = tmp_path / "fact.jsonl"
+    st = F.FactStore(str(path))
+    first = F.smallest_model(task, "attention", 0.9, tc, d=8, d_h=2, n_max=8, store=st)
+    assert st.computed >= 1
+    again = F.FactStore(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = F.smallest_model(task, "attention", 0.9, tc, d=8, d_h=2, n_max=8, store=again)
+    assert again.computed == 0 and second == first
+    with open(path, "a") as f:
+        f.write('{"key": 1}\n')
+    with pytest.warns(RuntimeWarning, match="invalid record"):
+        assert len(F.FactStore(str(path))) == len(again)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: F.FactTask(S=0, R=2, D=2), "S must be"),
+    (lambda: F.FactTask(S=2, R=2, D=2, T=2, eos=True), "T must be"),
+    (lambda: F.FactTask(S=2, R=2, D=2, table="zipf"), "table must be"),
+    (lambda: F.FactTask(S=2, R=2, D=2, alpha=-1.0), "alpha must be"),
+    (lambda: F.FactModelConfig(d=4, H=2, d_h=4, values="identity"), "values='identity' needs H = 1"),
+    (lambda: F.FactModelConfig(activation="tanh"), "activation must be"),
+    (lambda: F.TrainConfig(lr=0.0), "lr must be"),
+    (lambda: F.TrainConfig(optimizer="lbfgs"), "optimizer must be"),
+    (lambda: F.sample(F.FactTask(S=2, R=2, D=2), 0), "N must be"),
+    (lambda: F.FactTransformer(F.FactTask(S=2, R=2, D=2), F.FactModelConfig(d=4, embeddings="orthogonal")), "d must be"),
+    (lambda: F.smallest_model(F.FactTask(S=2, R=2, D=2), "embedding", 0.9, F.TrainConfig(), d=4), "block must be"),
+])
+def test_bad_arguments_raise_value_errors_naming_the_parameter(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
