@@ -42,8 +42,7 @@ from .schedule import three_steps
 from .evaluate import N_TEST, Accuracy, evaluate, predict
 from .experiment import RunResult, run
 from .trainer import TrainSpec, train
-from . import factual  # noqa: F401  (chapter 11)
-from . import (capacity, construct, counts, decompose, featuremaps, lowerbound, margins, memory, plotting,  # noqa: F401
+from . import (capacity, construct, counts, decompose, factual, featuremaps, lowerbound, margins, memory, plotting,  # noqa: F401
                search, store, sweep, theory, tokens, trainer)
 
 __all__ = [
@@ -51,9 +50,8 @@ __all__ = [
     "make_problem", "Batch", "keys_values", "sample_batch", "Params", "activation", "cross_entropy",
     "features", "forward", "loss", "zero_params", "Gradients", "autograd_gradients", "gradients",
     "StepSizes", "ThreeSteps", "three_steps", "N_TEST", "Accuracy", "evaluate", "predict", "RunResult", "run", "TrainSpec", "train",
-    "capacity", "construct", "counts", "decompose", "featuremaps", "lowerbound", "margins", "memory", "plotting", "search", "store",
+    "capacity", "construct", "counts", "decompose", "factual", "featuremaps", "lowerbound", "margins", "memory", "plotting", "search", "store",
     "sweep", "theory", "tokens",
     "trainer",
 ]
-__all__ += ["factual"]
 __version__ = "0.2.0"
