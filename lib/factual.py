@@ -22,7 +22,9 @@ The models (torch):
   (as in their `run.py`, where `wte` and `unembed` get `optax.set_to_zero`). m = 0: attention only.
 - `LinearAttention`: the simplified model of their `sequential-learning.ipynb` (class `Simple_TF`):
   logits = (sum_t (x_t^T A x_T) x_t)^T W, linear attention, A (d x d) and W (d x R D) trained from a
-  small constant, embeddings one-hot (orthogonal, d = vocabulary) or random unit vectors.
+  small constant, embeddings one-hot (orthogonal, d = vocabulary) or random unit vectors. Their
+  `Simple_TF.lin_attn` scores x_T^T A x_t: our A is their A transposed. From a constant start (a
+  symmetric A) the two parametrisations follow the same trajectory, up to that transposition.
 
 `param_counts` gives the parameters per block, exactly. `train` is online mini-batch Adam or SGD
 (constant or cosine schedule, optional tqdm bar) that logs, every `log_every` steps on a fixed test
@@ -33,7 +35,11 @@ the model's output p from the relation-only predictor q_r (`relation_only`).
 Capacity (`smallest_model`): the smallest number of heads (attention block, m = 0) or the smallest
 MLP width (one head kept fixed) whose trained model reaches a test-accuracy threshold, by
 `lib.search.smallest_true`; every trained point is kept in a `FactStore` (the record format and the
-crash-safe append of `lib.store`), so a rerun trains nothing.
+crash-safe append of `lib.store`), so a rerun trains nothing. Why not `lib.store.Store` itself: the
+sweep engine's store keys a result by (configuration prefix, N), N the number of training samples of
+one run of `lib.sweep`, and holds `RunResult`s; a capacity point here is keyed by the task, the model
+and the training configuration (no N: training is online), and holds a History summary. `FactStore`
+keeps the engine's record format and checksums with these keys.
 """
 
 from __future__ import annotations
@@ -305,6 +311,8 @@ class FactTransformer(torch.nn.Module):
 
 class LinearAttention(torch.nn.Module):
     """Their simplified model (sequential-learning.ipynb): logits = (sum_t (x_t^T A x_T) x_t)^T W.
+    Their `Simple_TF.lin_attn` scores x_T^T A x_t, so this A is theirs transposed (the same dynamics from
+    a constant start, up to that transposition).
     `embeddings="orthogonal"` uses one-hot rows (d = vocabulary, as theirs); "random" uses unit-norm
     Gaussian rows in dimension d. A and W start at the constant `init` (theirs: 1e-5)."""
 
@@ -384,6 +392,7 @@ class History:
     rel_acc: list = field(default_factory=list)    # argmax in the right answer block
     sub_acc: list = field(default_factory=list)    # argmax at the right place within a block
     kl: list = field(default_factory=list)         # KL(q_r || p), nats
+    lr: list = field(default_factory=list)         # learning rate the next step would use
     seconds: float = 0.0
 
     def final(self) -> dict:
@@ -432,6 +441,7 @@ def train(model: torch.nn.Module, cfg: TrainConfig, progress: bool = False, devi
         hist.step.append(i)
         for k, v in mt.items():
             getattr(hist, k).append(v)
+        hist.lr.append(float(opt.param_groups[0]["lr"]))
         return mt["acc"]
 
     for i in tqdm(range(cfg.steps + 1), disable=not progress, leave=False):

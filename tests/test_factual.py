@@ -46,6 +46,12 @@ def test_sampler_positions_and_answers_follow_the_definition(eos):
         assert (b.r_pos == T - 1).all()
     noise = b.x[other]
     assert int(noise.min()) >= S + R and int(noise.max()) < S + R + task.n_noise
+    # every one of the n_noise = S + R noise tokens occurs, uniformly (within 5 standard errors)
+    assert task.n_noise == S + R
+    cnt = torch.bincount(noise - (S + R), minlength=task.n_noise).double()
+    assert cnt.numel() == task.n_noise and (cnt > 0).all()
+    p0 = 1 / task.n_noise
+    assert (cnt / noise.numel() - p0).abs().max() < 5 * math.sqrt(p0 * (1 - p0) / noise.numel())
     # uniform positions: every position's frequency within 5 standard errors
     n_pos = T - 1
     freq = torch.bincount(b.s_pos, minlength=n_pos).double() / b.N
@@ -158,6 +164,43 @@ def test_metrics_of_the_relation_only_predictor_are_its_scores():
     assert m["loss"] == pytest.approx(math.log(8), abs=1e-6)
 
 
+def test_metrics_on_hand_made_logits_follow_their_definitions():
+    # S = 2, R = 2, D = 3: answers 0..2 belong to relation 0, 3..5 to relation 1
+    task = F.FactTask(S=2, R=2, D=3, T=4)
+    y = torch.tensor([1, 4, 2, 5])
+    relation, subject = y // 3, torch.tensor([0, 1, 0, 1])
+    b = F.FactBatch(torch.zeros(4, 4, dtype=torch.long), y, subject, relation, torch.zeros(4, dtype=torch.long),
+                    torch.full((4,), 3, dtype=torch.long))
+    pred = torch.tensor([1,    # right answer
+                         3,    # right block, wrong place
+                         5,    # wrong block, right place in the block (2 % 3 == 5 % 3)
+                         2])   # wrong block, right place in the block (5 % 3 == 2 % 3)
+    logits = torch.full((4, 6), -5.0)
+    logits[torch.arange(4), pred] = 5.0
+    q = torch.zeros(2, 6, dtype=torch.float64)          # relation_only returns float64
+    q[0, :3] = torch.tensor([0.5, 0.5, 0.0])
+    q[1, 3:] = torch.tensor([0.0, 0.25, 0.75])
+    m = F.metrics(logits, b, task, q)
+    assert m["acc"] == 0.25 and m["rel_acc"] == 0.5 and m["sub_acc"] == 0.75
+    logp = torch.log_softmax(logits.double(), -1)
+    assert m["loss"] == pytest.approx(float(-logp[torch.arange(4), y].mean()), rel=1e-12)
+    kl = [sum(float(q[r, a] * (math.log(q[r, a]) - logp[i, a])) for a in range(6) if q[r, a] > 0)
+          for i, r in enumerate(relation.tolist())]
+    assert m["kl"] == pytest.approx(sum(kl) / 4, rel=1e-12)
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_learning_rate_schedule_reaches_zero_at_the_last_step(schedule):
+    task = F.FactTask(S=4, R=2, D=2, T=4)
+    cfg = F.TrainConfig(steps=8, batch=16, lr=0.1, log_every=1, n_test=16, schedule=schedule, optimizer="sgd")
+    hist = F.train(F.LinearAttention(task, init=0.01), cfg)
+    want = [0.1 * (1 + math.cos(math.pi * i / 8)) / 2 if schedule == "cosine" else 0.1 for i in range(9)]
+    assert hist.step == list(range(9))
+    assert hist.lr == pytest.approx(want, abs=1e-12)
+    if schedule == "cosine":
+        assert hist.lr[-1] == pytest.approx(0.0, abs=1e-12) and hist.lr[-2] > 0
+
+
 def test_plateau_reads_the_logged_stage():
     h = F.History(step=[0, 10, 20, 30, 40], loss=[0] * 5, acc=[0.1, 0.12, 0.13, 0.9, 1.0], rel_acc=[0.2, 1, 1, 1, 1],
                   sub_acc=[0] * 5, kl=[1.4, 0.05, 0.02, 0.5, 2.0])
@@ -200,3 +243,16 @@ def test_capacity_search_uses_the_cache_and_a_rerun_trains_nothing(tmp_path):
 def test_bad_arguments_raise_value_errors_naming_the_parameter(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_student_t_quantile_matches_closed_forms():
+    from lib.theory import student_t_quantile
+    for p in (0.9, 0.975, 0.995):
+        assert student_t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-7)   # Cauchy
+        a = 2 * p - 1
+        assert student_t_quantile(p, 2) == pytest.approx(a * math.sqrt(2 / (1 - a * a)), rel=1e-7)
+    assert student_t_quantile(0.975, 10 ** 5) == pytest.approx(1.959964, abs=1e-4)                # Gaussian limit
+    with pytest.raises(ValueError, match="dof"):
+        student_t_quantile(0.975, 0)
+    with pytest.raises(ValueError, match="p must"):
+        student_t_quantile(0.4, 3)
