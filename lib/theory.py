@@ -94,32 +94,6 @@ def fit_power_law_interval(x, y, k: float = 2.0) -> tuple[float, float, float]:
     return float(slope), float(slope - k * se), float(slope + k * se)
 
 
-def student_t_quantile(p: float, dof: int) -> float:
-    """Quantile of Student's t with `dof` degrees of freedom (p in (0.5, 1)), by bisection on its CDF
-    integrated numerically (Simpson, accurate to about 1e-7); e.g. 12.706 for p = 0.975, dof = 1. A
-    slope fitted to n points has n - 2 degrees of freedom: `fit_power_law_interval(x, y,
-    k=student_t_quantile(0.975, len(x) - 2))` is its 95 % interval under Gaussian residuals."""
-    if not (isinstance(p, float) and 0.5 < p < 1.0):
-        raise ValueError(f"p must be a float in (0.5, 1), got {p!r}")
-    if isinstance(dof, bool) or not isinstance(dof, (int, np.integer)) or dof < 1:
-        raise ValueError(f"dof must be an integer >= 1, got {dof!r}")
-    c = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
-
-    def cdf(t):          # 1/2 + integral_0^t of the density; in u = atan(x) the tails stay smooth
-        u = np.linspace(0.0, math.atan(t), 4001)
-        x = np.tan(u)
-        f = c * (1 + x * x / dof) ** (-(dof + 1) / 2) / np.cos(u) ** 2
-        h = u[1] - u[0]
-        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
-
-
 def fit_constant(num, den) -> float:
     """Least-squares constant c in num ~ c den through the origin (e.g. d^2 = c n log n)."""
     num, den = np.asarray(num, float), np.asarray(den, float)

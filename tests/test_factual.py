@@ -243,16 +243,3 @@ def test_capacity_search_uses_the_cache_and_a_rerun_trains_nothing(tmp_path):
 def test_bad_arguments_raise_value_errors_naming_the_parameter(make, match):
     with pytest.raises(ValueError, match=match):
         make()
-
-
-def test_student_t_quantile_matches_closed_forms():
-    from lib.theory import student_t_quantile
-    for p in (0.9, 0.975, 0.995):
-        assert student_t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-7)   # Cauchy
-        a = 2 * p - 1
-        assert student_t_quantile(p, 2) == pytest.approx(a * math.sqrt(2 / (1 - a * a)), rel=1e-7)
-    assert student_t_quantile(0.975, 10 ** 5) == pytest.approx(1.959964, abs=1e-4)                # Gaussian limit
-    with pytest.raises(ValueError, match="dof"):
-        student_t_quantile(0.975, 0)
-    with pytest.raises(ValueError, match="p must"):
-        student_t_quantile(0.4, 3)

@@ -94,3 +94,15 @@ def test_power_law_interval_has_its_nominal_coverage():
 def test_arguments_are_validated_with_a_named_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_t_quantile_matches_closed_forms():
+    for p in (0.9, 0.975, 0.995):
+        assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-6)   # Cauchy
+        a = 2 * p - 1
+        assert t_quantile(p, 2) == pytest.approx(a * math.sqrt(2 / (1 - a * a)), rel=1e-6)
+    assert t_quantile(0.975, 10 ** 5) == pytest.approx(1.959964, abs=1e-4)                # Gaussian limit
+    with pytest.raises(ValueError, match="dof"):
+        t_quantile(0.975, 0)
+    with pytest.raises(ValueError, match="p must"):
+        t_quantile(0.4, 3)
