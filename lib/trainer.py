@@ -202,6 +202,9 @@ def train(problem: Problem, batch: Batch, *, optimizer: str = "adam", steps: int
     lr_KQ = lr if lr_KQ is None else check_float("lr_KQ", lr_KQ, 0.0, 1e12)
     record_every = check_int("record_every", record_every, 1)
     n_test = check_int("n_test", n_test, 0)
+    test_seed = check_int("test_seed", test_seed, 0)
+    if test_batch is not None and not isinstance(test_batch, Batch):
+        raise ValueError(f"test_batch must be a Batch (see lib.sample_batch) or None, got {type(test_batch).__name__}")
     check_bool("progress", progress)
     if (not isinstance(betas, (tuple, list)) or len(betas) != 2
             or not all(isinstance(x, (int, float)) and 0.0 <= x < 1.0 for x in betas)):

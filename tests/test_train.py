@@ -68,7 +68,8 @@ def test_train_with_spec_and_validation():
     assert torch.equal(a.W_V, b.W_V) and torch.equal(a.W_KQ, b.W_KQ)
     for kw, name in [(dict(optimizer="sgd"), "optimizer"), (dict(lr=0.0), "lr"), (dict(steps=-1), "steps"),
                      (dict(init="random"), "init"), (dict(record_every=0), "record_every"),
-                     (dict(betas=(0.9, 1.0)), "betas"), (dict(init=lib.three_steps(problem, batch)), "finite")]:
+                     (dict(betas=(0.9, 1.0)), "betas"), (dict(init=lib.three_steps(problem, batch)), "finite"),
+                     (dict(test_seed=-1), "test_seed"), (dict(test_batch="x"), "test_batch")]:
         with pytest.raises(ValueError, match=name):
             train(problem, batch, **kw)
     with pytest.raises(ValueError, match="lr"):
