@@ -122,9 +122,19 @@ def count_chunk_size(problem: Problem) -> int:
     return PASS_SAMPLES
 
 
+def id_dtype(problem: Problem, batch: Batch) -> torch.dtype:
+    """int32 for the flat ids of the count tables when the batch stores int32 tokens and every id
+    fits (V (V_in + 2) < 2^31): bincount and embedding_bag read int32 ids several times faster than
+    int64 ones (one bincount over 64 M ids: 0.03 s against 0.17 s on 2 cores)."""
+    small = problem.cfg.V * (problem.cfg.V_in + 2) < 2 ** 31
+    return torch.int32 if small and batch.tokens.dtype == torch.int32 else torch.long
+
+
 def pair_ids(problem: Problem, b: Batch, buf: torch.Tensor) -> torch.Tensor:
-    """(B, L) flat ids x*_n V_in + x_{n,t} into a (V, V_in) table, written into a reused buffer."""
-    return torch.add(b.tokens, b.informative[:, None], alpha=problem.cfg.V_in, out=buf[: b.N])
+    """(B, L) flat ids x*_n V_in + x_{n,t} into a (V, V_in) table, written into a reused buffer
+    (of the dtype `id_dtype` chose)."""
+    return torch.add(b.tokens.to(buf.dtype), b.informative.to(buf.dtype)[:, None], alpha=problem.cfg.V_in,
+                     out=buf[: b.N])
 
 
 def count_tables(problem: Problem, batch: Batch, size: int = PASS_SAMPLES):
@@ -133,7 +143,7 @@ def count_tables(problem: Problem, batch: Batch, size: int = PASS_SAMPLES):
     cfg = problem.cfg
     dt, dev = problem.E.dtype, batch.tokens.device
     A_T = torch.zeros(cfg.V * cfg.V_in, dtype=torch.long, device=dev)  # (V, V_in), flattened
-    buf = torch.empty(min(size, batch.N), cfg.L, dtype=torch.long, device=dev)
+    buf = torch.empty(min(size, batch.N), cfg.L, dtype=id_dtype(problem, batch), device=dev)
     for b in chunks(batch, size, widen=False):                          # int32 ids: no widening copy
         A_T += torch.bincount(pair_ids(problem, b, buf).view(-1), minlength=A_T.numel())
     n = torch.bincount(batch.informative, minlength=cfg.V).to(dt)
@@ -149,7 +159,8 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     dt, dev = E.dtype, E.device
     tiv = 1.0 if cfg.trigger_in_value else 0.0
     size = count_chunk_size(problem)
-    buf = torch.empty(min(size, N), L, dtype=torch.long, device=dev)
+    idt = id_dtype(problem, batch)
+    buf = torch.empty(min(size, N), L, dtype=idt, device=dev)
 
     # step 1 (pass 1): G1 from the count table
     A, n = count_tables(problem, batch, size)
@@ -185,9 +196,9 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     # with ids  attended_token V + x*  (a plain position),  V_in V + x*  (the trigger),  (V_in + 1) V + x*  (EOS)
     S = E @ k                                                          # (V_in,): scores of plain tokens
     bonus, s_eos = z @ k, q @ k
-    ids = torch.empty(N, dtype=torch.long, device=dev)
+    ids = torch.empty(N, dtype=idt, device=dev)
     for start, b in zip(range(0, N, size), chunks(batch, size, widen=False)):
-        sc = S[b.tokens]                                                # (B, L) table lookup (int32 ids)
+        sc = S.index_select(0, b.tokens.reshape(-1)).view(b.N, L)      # (B, L) table lookup (5x faster than S[ids])
         sc.scatter_add_(1, b.pos[:, None], bonus.expand(b.N, 1).contiguous())
         if cfg.eos_key:
             sc = torch.cat([sc, s_eos.expand(b.N, 1)], 1)
@@ -195,7 +206,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
         group = torch.where(t == b.pos, cfg.V_in, b.tokens.gather(1, t.clamp_max(L - 1)[:, None])[:, 0])
         if cfg.eos_key:
             group = torch.where(t == L, cfg.V_in + 1, group)
-        torch.add(b.informative, group, alpha=V, out=ids[start:start + b.N])
+        torch.add(b.informative.to(idt), group.to(idt), alpha=V, out=ids[start:start + b.N])
     counts = torch.bincount(ids, minlength=(cfg.V_in + 2) * V)
     counts = counts.view(cfg.V_in + 2, V).to(dt)
     M3 = (counts[:cfg.V_in].T @ E + counts[cfg.V_in][:, None] * (E[:V] + tiv * z)

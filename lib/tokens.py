@@ -55,7 +55,7 @@ def value_offset(problem: Problem) -> torch.Tensor:
 
 def position_scores(problem: Problem, b: Batch, w: torch.Tensor) -> torch.Tensor:
     """Attention scores h_t^T w of every key (B, K), from the table E w: no (B, L, d) tensor."""
-    s = (problem.E @ w)[b.tokens]                                       # (B, L) table lookup
+    s = (problem.E @ w).index_select(0, b.tokens.reshape(-1)).view(b.tokens.shape)   # (B, L) table lookup
     bonus = torch.zeros_like(s).scatter_(1, b.pos[:, None], 1.0) * (problem.z_trig @ w)
     s = s + bonus
     if problem.cfg.eos_key:
