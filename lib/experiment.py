@@ -20,7 +20,7 @@ from .evaluate import N_TEST, evaluate
 from .schedule import three_steps
 from .steps import MODES, StepSizes
 from .task import sample_batch
-from .trainer import TrainSpec, train_with
+from .trainer import TrainSpec, check_training, train_with
 
 METRICS = ("acc", "att_acc", "oracle_acc")
 
@@ -57,11 +57,7 @@ def run(cfg: TaskConfig, N: int, *, mode: str = "limit", seeds: int = 3, seed: i
     check_choice("mode", mode, MODES)
     if not isinstance(step_sizes, StepSizes):
         raise ValueError(f"step_sizes must be a StepSizes, got {type(step_sizes).__name__}")
-    if training is not None:
-        if not isinstance(training, TrainSpec):
-            raise ValueError(f"training must be a lib.trainer.TrainSpec or None, got {type(training).__name__}")
-        if mode != "finite":
-            raise ValueError(f"mode must be 'finite' with training (soft attention is trained), got {mode!r}")
+    check_training(training, mode)
     per_seed = {k: [] for k in (*METRICS, "gamma_W")}
     for s in range(seed, seed + seeds):
         problem = make_problem(cfg, s)

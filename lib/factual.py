@@ -44,11 +44,9 @@ keeps the engine's record format and checksums with these keys.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -57,7 +55,7 @@ from .config import check_bool, check_choice, check_float, check_int
 from .models import activation as _activation
 from .search import threshold_search
 from .seed import generator
-from .store import append_line, canonical, checksum, library_version
+from .store import append_line, canonical, library_version, read_records, record_text
 
 SAMPLE_BLOCK = 4096          # samples per random block (nested in N, as lib.task)
 TABLES = ("random", "balanced")
@@ -490,9 +488,10 @@ def plateau(hist: History, kl_max: float = 0.1, acc_max: float = 0.5) -> dict:
 # ------------------------------------------------------------------------------ capacity, with a cache
 
 class FactStore:
-    """Trained points, keyed by everything that fixes their numbers. Same record format as lib.store
-    ({"key", "result", "sha256"} per line, appended once under flock and fsynced); invalid lines are
-    reported and ignored. `path=None`: memory only."""
+    """Trained points, keyed by everything that fixes their numbers. The record format, reader and
+    appender of lib.store (`record_text`, `read_records`, `append_line`: one checksummed line per
+    point, appended under flock and fsynced; invalid or cut lines reported and retrained).
+    `path=None`: memory only."""
 
     def __init__(self, path: str | None = None):
         if path is not None and not isinstance(path, (str, os.PathLike)):
@@ -501,19 +500,8 @@ class FactStore:
         self.data: dict[str, dict] = {}
         self.computed = 0                      # points trained (not found) since construction
         if self.path is not None and os.path.exists(self.path):
-            with open(self.path, "rb") as f:
-                for i, line in enumerate(f.read().split(b"\n"), start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rec = json.loads(line)
-                        ok = set(rec) == {"key", "result", "sha256"} and checksum(rec["key"], rec["result"]) == rec["sha256"]
-                    except (ValueError, TypeError, UnicodeDecodeError):
-                        ok = False
-                    if not ok:
-                        warnings.warn(f"cache {self.path}, line {i}: invalid record; ignoring it", RuntimeWarning)
-                        continue
-                    self.data[canonical(rec["key"])] = rec["result"]
+            for key, result in read_records(self.path)[0]:
+                self.data[canonical(key)] = result
 
     def get(self, key: dict):
         return self.data.get(canonical(key))
@@ -521,7 +509,7 @@ class FactStore:
     def put(self, key: dict, result: dict) -> None:
         self.data[canonical(key)] = result
         if self.path is not None:
-            append_line(self.path, canonical({"key": key, "result": result, "sha256": checksum(key, result)}) + "\n")
+            append_line(self.path, record_text(key, result))
 
     def __len__(self):
         return len(self.data)

@@ -76,20 +76,20 @@ def point_prefix(cfg: TaskConfig, *, seeds: int, seed: int, mode: str, n_test: i
               "mode": mode, "n_test": check_int("n_test", n_test, 1),
               "step_sizes": asdict(step_sizes), "version": library_version()}
     if training is not None:
-        from .trainer import TrainSpec
-        if not isinstance(training, TrainSpec):
-            raise ValueError(f"training must be a lib.trainer.TrainSpec or None, got {type(training).__name__}")
-        if mode != "finite":
-            raise ValueError(f"mode must be 'finite' with training (soft attention is trained), got {mode!r}")
+        from .trainer import check_training     # trainer sits above the store in the module order
+        check_training(training, mode)
         prefix["training"] = asdict(training)
     return prefix
 
 
+def record_text(key: dict, result: dict) -> str:
+    """The full line (with its newline) of one record: its key, its result and their checksum."""
+    return canonical({"key": key, "result": result, "sha256": checksum(key, result)}) + "\n"
+
+
 def record_line(prefix: dict, result: RunResult) -> str:
     """The full line (with its newline) that stores `result` under `prefix` + N."""
-    key = {**prefix, "N": result.N}
-    res = result.as_dict()
-    return canonical({"key": key, "result": res, "sha256": checksum(key, res)}) + "\n"
+    return record_text({**prefix, "N": result.N}, result.as_dict())
 
 
 def append_line(path: str, line: str) -> None:
@@ -133,6 +133,60 @@ def compact(path: str) -> tuple[int, int]:
     return len(store), len(store.bad_lines)
 
 
+def read_records(path: str, shape=None) -> tuple[list[tuple[dict, dict]], list[int]]:
+    """The valid (key, result) records of a store file, in file order, and the 1-based numbers of
+    the lines rejected: invalid JSON, not a {"key", "result", "sha256"} record, a checksum mismatch,
+    a line without its newline (cut by a kill), or `shape(key, result)` False. Each rejected line is
+    reported with `warnings.warn` naming the file and line (it is never trusted; its point is computed
+    again). A file whose last line was cut is given its missing newline so the next record starts on
+    a fresh line. Used by `Store` and by `lib.factual.FactStore`."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    lines = raw.split(b"\n")
+    complete = len(lines) - 1                          # the part after the last newline is unfinished
+    records, bad = [], []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        why = _check_line(line, shape) if i <= complete else "truncated (no newline)"
+        if isinstance(why, str):
+            bad.append(i)
+            warnings.warn(f"cache {path}, line {i}: {why}; ignoring it, the point will be recomputed",
+                          RuntimeWarning, stacklevel=3)
+            continue
+        records.append(why)
+    if raw and not raw.endswith(b"\n"):               # start the next record on a fresh line
+        append_line(path, "\n")
+    return records, bad
+
+
+def _check_line(line: bytes, shape):
+    """(key, result) of a valid record, else a string saying what is wrong."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as err:
+        return f"not valid JSON ({err.__class__.__name__})"
+    if not isinstance(rec, dict) or set(rec) != {"key", "result", "sha256"}:
+        return "not a record (keys key, result, sha256 expected)"
+    key, result = rec["key"], rec["result"]
+    if not isinstance(key, dict) or not isinstance(result, dict):
+        return "not a record (key and result must be objects)"
+    try:
+        ok = checksum(key, result) == rec["sha256"]
+    except ValueError:
+        ok = False
+    if not ok:
+        return "checksum mismatch"
+    if shape is not None and not shape(key, result):
+        return "record of the wrong shape"
+    return key, result
+
+
+def _point_shape(key: dict, result: dict) -> bool:
+    """An evaluated point: a RunResult at the key's N."""
+    return set(result) == set(RESULT_FIELDS) and isinstance(key.get("N"), int) and key["N"] == result["N"]
+
+
 def _result(d: dict) -> RunResult:
     return RunResult(**d)
 
@@ -160,46 +214,10 @@ class Store:
             self._load()
 
     def _load(self) -> None:
-        with open(self.path, "rb") as f:
-            raw = f.read()
-        lines = raw.split(b"\n")
-        complete = len(lines) - 1                          # the part after the last newline is unfinished
-        for i, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            why = self._check(line) if i <= complete else "truncated (no newline)"
-            if isinstance(why, str):
-                self.bad_lines.append(i)
-                warnings.warn(f"cache {self.path}, line {i}: {why}; ignoring it, the point will be "
-                              "recomputed", RuntimeWarning, stacklevel=3)
-                continue
-            key, result = why
+        records, self.bad_lines = read_records(self.path, _point_shape)
+        for key, result in records:
             prefix = {k: v for k, v in key.items() if k != "N"}
             self.data.setdefault(canonical(prefix), {}).setdefault(key["N"], result)
-        if raw and not raw.endswith(b"\n"):             # start the next record on a fresh line
-            append_line(self.path, "\n")
-
-    @staticmethod
-    def _check(line: bytes):
-        """(key, result) of a valid record, else a string saying what is wrong."""
-        try:
-            rec = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as err:
-            return f"not valid JSON ({err.__class__.__name__})"
-        if not isinstance(rec, dict) or set(rec) != {"key", "result", "sha256"}:
-            return "not a record (keys key, result, sha256 expected)"
-        key, result = rec["key"], rec["result"]
-        if not isinstance(key, dict) or not isinstance(result, dict):
-            return "not a record (key and result must be objects)"
-        try:
-            ok = checksum(key, result) == rec["sha256"]
-        except ValueError:
-            ok = False
-        if not ok:
-            return "checksum mismatch"
-        if set(result) != set(RESULT_FIELDS) or not isinstance(key.get("N"), int) or key["N"] != result["N"]:
-            return "record of the wrong shape"
-        return key, result
 
     def get(self, prefix: dict, N: int) -> RunResult | None:
         hit = self.data.get(canonical(prefix), {}).get(N)

@@ -5,7 +5,8 @@ the attention-only or attention + MLP transformer (`train_transformer`) on one f
 empirical cross-entropy, with torch autograd through the token-id forward pass of `lib.tokens`
 (chunked, gradients accumulated, so memory stays bounded). It is the independent reference for the
 closed-form count-route step: `gd_counts` runs the same full-batch gradient descent with
-`lib.counts.gradients`, and tests/test_trainer.py binds the two (float64, relative 1e-10).
+`lib.counts.gradients` (a thin wrapper of `train` below), and tests/test_count_gradients.py binds the
+two (float64, relative 1e-10).
 The loop itself (`TrainConfig`, `History`) lives in `lib.optim`; linear associative memories are
 trained by `lib.memory.train_memory` (re-exported here).
 
@@ -45,7 +46,7 @@ from .task import Batch, check_batch, sample_batch
 from .tokens import chunk_size, chunks, forward_chunk, position_scores
 
 __all__ = ["OPTIMIZERS", "History", "TrainConfig", "train_memory", "train_transformer", "gd_counts",
-           "TrainSpec", "TrainRecord", "train", "train_with", "attention_summary", "INITS"]
+           "TrainSpec", "TrainRecord", "train", "train_with", "check_training", "attention_summary", "INITS"]
 
 INITS = ("zero", "three_steps")
 
@@ -87,25 +88,14 @@ def train_transformer(problem: Problem, batch: Batch, cfg: TrainConfig = TrainCo
 def gd_counts(problem: Problem, batch: Batch, steps: int, lr: float, lr_KQ: float | None = None,
               init: Params | None = None, log_every: int = 1) -> tuple[Params, History]:
     """Full-batch gradient descent with the closed-form count-route gradients (`lib.counts`):
-    no autograd and no (N, L, d) tensor, so it runs at N = 10^6. The history records loss and
-    training accuracy at each logged step (before that step's update) and the wall time."""
-    cfg = TrainConfig(steps=steps, lr=lr, lr_KQ=lr_KQ, log_every=log_every)
-    init = _check(problem, batch, cfg, init)
-    W_V, W_KQ = init.W_V.clone(), init.W_KQ.clone()
-    lr_KQ = cfg.lr if cfg.lr_KQ is None else cfg.lr_KQ
-    hist = History()
-    t0 = time.perf_counter()
-    for step in range(cfg.steps + 1):
-        g = count_gradients(problem, Params(W_V, W_KQ), batch)
-        if not torch.isfinite(torch.tensor(g.loss)):
-            raise FloatingPointError(f"loss became {g.loss} at step {step}: lower lr (got {lr})")
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            hist.step.append(step), hist.loss.append(g.loss), hist.acc.append(g.correct / batch.N)
-        if step < cfg.steps:
-            W_V = W_V - cfg.lr * g.W_V
-            W_KQ = W_KQ - lr_KQ * g.W_KQ
-    hist.seconds = time.perf_counter() - t0
-    return Params(W_V, W_KQ), hist
+    no autograd and no (N, L, d) tensor, so it runs at N = 10^6. `train` with optimizer "gd" and no
+    test metrics, its record returned as the `History` of the autograd trainer (loss and training
+    accuracy at each logged step, before that step's update, and the wall time)."""
+    params, rec = train(problem, batch, optimizer="gd", steps=steps, lr=lr, lr_KQ=lr_KQ,
+                        init="zero" if init is None else init, record_every=log_every, n_test=0)
+    hist = History(step=rec.step, loss=rec.loss, acc=rec.acc)
+    hist.seconds = rec.seconds
+    return params, hist
 
 
 # ----------------------------------------------------------------------------- many steps, count route
@@ -249,6 +239,17 @@ def train(problem: Problem, batch: Batch, *, optimizer: str = "adam", steps: int
                 W[i] = W[i] - (lrs[i] / bc1) * m[i] / denom
     rec.seconds = time.perf_counter() - t0
     return Params(W[0], W[1]), rec
+
+
+def check_training(training, mode: str) -> None:
+    """A training recipe for a trained N* (`lib.experiment.run`, the store key): a TrainSpec or None,
+    and only with the finite mode (soft attention is what gets trained)."""
+    if training is None:
+        return
+    if not isinstance(training, TrainSpec):
+        raise ValueError(f"training must be a lib.trainer.TrainSpec or None, got {type(training).__name__}")
+    if mode != "finite":
+        raise ValueError(f"mode must be 'finite' with training (soft attention is trained), got {mode!r}")
 
 
 def train_with(problem: Problem, batch: Batch, spec: TrainSpec, **kw) -> tuple[Params, TrainRecord]:

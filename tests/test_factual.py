@@ -223,7 +223,7 @@ def test_capacity_search_uses_the_cache_and_a_rerun_trains_nothing(tmp_path):
     assert again.computed == 0 and second == first
     with open(path, "a") as f:
         f.write('{"key": 1}\n')
-    with pytest.warns(RuntimeWarning, match="invalid record"):
+    with pytest.warns(RuntimeWarning, match="not a record"):
         assert len(F.FactStore(str(path))) == len(again)
 
 
