@@ -4,9 +4,13 @@
   before  : the implementation of the commit before the count-route rework (d802529, "today"),
             extracted with `git archive` into a temporary folder and run in a child process on the
             SAME problem and batch (saved tensors), so the numbers can be compared.
+  primitives: one pass of each torch primitive each route is made of (bench/primitives.py): for the
+            limit mode its three passes' bincounts, bag and lookups; for the finite mode two logit-table
+            steps (forward bag, softmax, reverse bag) -- what a route without fused kernels cannot beat.
 Prints medians (floor and limit: of --repeat runs; finite: of --repeat-finite runs), the ratios
-limit / floor and finite before / after, the relative difference of the finite V2 against
-"before", and the peak resident memory of a fresh process running the limit mode.
+limit / floor and finite before / after, the same ratios for the primitives alone, the relative
+difference of the finite V2 against "before", and the peak resident memory of a fresh process
+running the limit mode.
 Usage: python bench/bench_three_steps.py [--N 1000000] [--repeat 5] [--repeat-finite 1]
 """
 
@@ -23,6 +27,8 @@ from pathlib import Path
 import torch
 
 import lib
+
+from primitives import limit_floor, table_step_floor
 
 BEFORE = "d802529"
 STEPS = dict(eta=0.01, gamma_W=1e8, gamma_V=1e3)     # explicit, so both versions take the same step
@@ -102,6 +108,9 @@ def main():
     t_lim, _ = median_time(lambda: lib.three_steps(problem, batch, "limit"), a.repeat)
     print(f"floor (bincount) {t_floor:.3f} s | limit {t_lim:.3f} s = {t_lim / t_floor:.1f}x the floor "
           f"(medians of {a.repeat})", flush=True)
+    prim = limit_floor(problem, batch)
+    print("limit primitives: " + ", ".join(f"{k} {v:.3f} s" for k, v in prim.items())
+          + f" = {prim['sum'] / t_floor:.1f}x the floor (the least an unfused limit route costs)", flush=True)
     t_fin, fin = median_time(lambda: lib.three_steps(problem, batch, "finite",
                                                      step_sizes=lib.StepSizes(**STEPS)), a.repeat_finite)
     old = before_finite(problem, batch, a.repeat_finite)
@@ -109,6 +118,10 @@ def main():
     print(f"finite: before ({BEFORE}) {old['t']:.2f} s | after {t_fin:.2f} s = {old['t'] / t_fin:.2f}x faster "
           f"(V2 relative difference {diff:.1e}); limit before {old['t_lim']:.2f} s = "
           f"{old['t_lim'] / t_lim:.2f}x faster now", flush=True)
+    step = table_step_floor(problem, batch)
+    print(f"finite primitives: two table steps (forward bag {step['forward bag']:.2f} s, softmax {step['softmax']:.2f} s, "
+          f"reverse bag {step['reverse bag']:.2f} s, each) = {2 * step['sum']:.2f} s: before / primitives = "
+          f"{old['t'] / (2 * step['sum']):.2f}x (the most an unfused finite mode can gain)", flush=True)
     t, peak, base = peak_memory_child(a.V, a.d, a.L, a.N)
     print(f"fresh process, limit mode: {t:.2f} s, peak RSS {peak:.2f} GiB (RSS before the steps {base:.2f} GiB; "
           f"token ids alone {a.N * a.L * batch.tokens.element_size() / 2**30:.2f} GiB, "

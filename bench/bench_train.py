@@ -5,7 +5,12 @@ measured in the same run, and a long Adam run.
   autograd : one step of the reference trainer `lib.trainer.train_transformer` (torch autograd through
              the token-id forward pass, chunked, same N, same parameters), loss + both gradients;
   count    : one step of `lib.train` (closed-form count-route gradients, `lib.counts.count_gradients`,
-             plus the Adam update), median over --repeat steps.
+             plus the Adam update), median over --repeat steps; at L <= d it takes the logit-table
+             route (`lib.counts.table_gradients`), whose batch index is built once (timed apart);
+  features : the count route's feature route (`count_gradients(..., tables=False)`: O((V + V_in + d) d)
+             GEMMs per sample), the route chapter 10 was first written on;
+  primitives: one pass of each torch primitive of the table route (bench/primitives.py), the most
+             this route can gain without a fused kernel.
 The parameters are the finite-mode three-step solution (a generic point, not zero). Prints the
 times, the ratios count / floor and autograd / count, the peak resident memory of this process
 after the count-route steps (before autograd has run: the batch plus the count route's chunk
@@ -25,7 +30,11 @@ import time
 import torch
 
 import lib
+from lib.counts import count_gradients, table_chunk_size
+from lib.tokens import token_index
 from lib.trainer import TrainConfig, train, train_transformer
+
+from primitives import table_step_floor
 
 
 def peak_mib() -> float:
@@ -57,6 +66,11 @@ def main() -> None:
     ids = batch.tokens.reshape(-1)
     floor = statistics.median(_time(lambda: torch.bincount(ids, minlength=cfg.V_in)) for _ in range(5))
     before = peak_mib()
+    fresh = lib.Batch(batch.tokens, batch.pos, batch.labels)      # the same samples, no index kept yet
+    t = time.perf_counter()
+    token_index(problem, fresh, table_chunk_size(problem))
+    t_index = time.perf_counter() - t
+    del fresh
     times = []
     p = start
     for _ in range(a.repeat):             # one Adam step = one count-route gradient + the update
@@ -67,7 +81,15 @@ def main() -> None:
     peak_count = peak_mib()
     print(f"floor    torch.bincount over {ids.numel()} ids: {floor:.4f} s", flush=True)
     print(f"count    one full-batch step (median of {a.repeat}): {count:.3f} s  = {count / floor:.0f} x floor", flush=True)
+    print(f"         (route: {'logit tables' if lib.counts.uses_tables(problem, start) else 'features'}; "
+          f"its batch index, built once before the steps: {t_index:.3f} s)", flush=True)
     print(f"peak RSS after the count-route steps: {peak_count:.0f} MiB (before them: {before:.0f} MiB)", flush=True)
+    feat = statistics.median(_time(lambda: count_gradients(problem, start, batch, tables=False)) for _ in range(a.repeat))
+    print(f"features one gradient on the feature route (median of {a.repeat}): {feat:.3f} s "
+          f"= {feat / count:.1f} x the count-route step", flush=True)
+    prim = table_step_floor(problem, batch)
+    print("primitives " + ", ".join(f"{k} {v:.3f} s" for k, v in prim.items())
+          + f": the count-route step is {count / prim['sum']:.2f} x their sum", flush=True)
     if a.autograd:
         warm = lib.sample_batch(problem, 2048, 1)        # autograd's one-time start-up cost is not a step
         train_transformer(problem, warm, TrainConfig(steps=0, lr=a.lr, optimizer="adam"), init=start)
@@ -78,7 +100,8 @@ def main() -> None:
             ts.append(time.perf_counter() - t)
         auto = statistics.median(ts)
         print(f"autograd one full-batch step (chunk 8192, median of {a.autograd}): {auto:.3f} s  "
-              f"= {auto / count:.1f} x the count-route step", flush=True)
+              f"= {auto / count:.1f} x the count-route step; {auto / prim['sum']:.1f} x the primitives' sum "
+              "(the most any table route without fused kernels could reach)", flush=True)
         print(f"peak RSS after autograd: {peak_mib():.0f} MiB", flush=True)
     if a.long:
         t = time.perf_counter()

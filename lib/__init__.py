@@ -8,10 +8,12 @@ chapter in brackets):
   embeddings   random / orthogonal embeddings, the Problem (one named stream per object)       [2]
   task         the token-retrieval sampler (nested in N), keys and values                      [1]
   models       Params, the direct forward pass (materialises (N, L, d)), the loss              [3]
-  tokens       the forward pass on token ids, chunked (shared by counts, evaluate, trainer)    [3-7]
+  tokens       the forward pass on token ids, chunked (shared by counts, evaluate, trainer);   [3-7]
+               TokenIndex, the batch's ids inverted (the reverse of an embedding bag)
   steps        StepSizes and ThreeSteps: what the three steps are                              [4-6]
   gradients    closed-form gradients on the direct route, and the autograd reference           [3]
-  counts       closed-form gradients on token ids; the count-table limit mode                  [4-7]
+  counts       closed-form gradients on token ids (feature and logit-table routes); the        [4-7, 10]
+               count-table limit and finite modes
   schedule     three_steps: the three-entry schedule on either route                           [4-6]
   evaluate     test, attention and oracle-attention accuracy                                   [all]
   experiment   run(cfg, N, ...): the one-call experiment over seeds                            [4-7]

@@ -3,7 +3,12 @@
 Equal to the direct route (`lib.gradients`) to float precision (tests/test_counts.py), but it never
 builds an (N, L, d) tensor: the forward pass runs on token ids, chunk by chunk (`lib.tokens`).
 
-`gradients(problem, params, batch)`: the loss and both gradients at any (W_V, W_KQ). The attention
+`gradients(problem, params, batch)`: the loss and both gradients at any (W_V, W_KQ), on one of two
+routes that compute the same numbers. The *feature route* (any model) forms the pooled value o_n and
+the logits U W_V phi(o_n) per sample: O((V + V_in + d) d) per sample in GEMMs. The *logit-table route*
+(`table_gradients`, the linear feature map of the attention-only model, soft attention) reads the
+logits from a V_in x V table and sends the output error back through an inverted index of the batch
+(`lib.tokens.TokenIndex`): O(L V) per sample, several times faster when L <= d. The attention
 gradient is k q^T (rank one) with, for r_n = J_n^T W_V^T g_n and ds_{n,t} = a_{n,t} r_n.(v_{n,t} - o_n),
 
     N k = sum_n sum_t ds_{n,t} h_{n,t} = E^T (sum_n sum_t ds_{n,t} 1[x_t = j])_j + z_trig sum_n ds_{n,l}
@@ -23,7 +28,8 @@ Step 2.  r_n = w_{x*_n} with w_i = G1^T (u_{Pi i} - u_bar): N K k = pair_term - 
 Step 3.  scores h_t^T k = (E k)[x_t] + 1[t = l] z_trig . k; hard attention picks one value, and counting
          (informative, attended) pairs gives G3 = (U_Pi - u_bar)^T M3 / N.
 O(N L + V^2 d) in total. `lib.schedule.three_steps` uses this fast path for the attention-only limit
-mode and the generic `gradients` step otherwise; tests prove the two agree.
+mode, `finite_attn` (step 1 from the count table, steps 2 and 3 the generic step) for its finite mode,
+and the generic step otherwise; tests prove they agree.
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ import torch.nn.functional as Fn
 from .embeddings import Problem
 from .gradients import Gradients, output_error
 from .models import Params, check_params
+from .steps import normalised_gamma_W
 from .task import Batch, check_batch
-from .tokens import chunk_size, chunks, forward_chunk, pooled_values, position_scores, value_offset
+from .tokens import chunk_size, chunks, forward_chunk, pooled_values, position_scores, token_index, value_offset
 
 
 # ----------------------------------------------------------------------------- the generic step
@@ -55,10 +62,25 @@ def gradients(problem: Problem, params: Params, batch: Batch) -> Gradients:
     return count_gradients(problem, params, batch)
 
 
+def uses_tables(problem: Problem, params: Params) -> bool:
+    """Does the generic step take the logit-table route (`table_gradients`)? For a linear feature map
+    with soft attention, when its O(L V) per sample beats the O((V + V_in + d) d) of the feature route
+    (L <= d: measured faster at V = 256, d = 128, L = 16 and V = 1024, d = 256, L = 64, see bench/)."""
+    return problem.features.linear and not params.hard and problem.cfg.L <= problem.cfg.d
+
+
 def count_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool = True,
-                    need_W: bool = True, uniform_error: bool = False) -> Gradients:
+                    need_W: bool = True, uniform_error: bool = False, tables: bool | None = None) -> Gradients:
     """The generic step. `need_V` / `need_W` skip a gradient that is not needed (it is returned as
-    zeros); `uniform_error=True` freezes the output error at u_bar - u_y (loss reported: log V)."""
+    zeros); `uniform_error=True` freezes the output error at u_bar - u_y (loss reported: log V).
+    `tables`: take the logit-table route (True), the feature route (False), or choose (None,
+    `uses_tables`); both compute the same numbers (tests/test_count_gradients.py)."""
+    if tables is None:
+        tables = uses_tables(problem, params)
+    if tables and not uniform_error:
+        if not problem.features.linear or params.hard:
+            raise ValueError("tables=True needs a linear feature map (model 'attn') and soft attention")
+        return table_gradients(problem, params, batch, need_V, need_W)
     cfg = problem.cfg
     E, U, z, q = problem.E, problem.U, problem.z_trig, problem.z_eos
     W_V, w = params.W_V, params.W_KQ @ q
@@ -112,9 +134,136 @@ def count_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
     return Gradients(loss_value, grad_V, grad_W, None if uniform_error else correct)
 
 
+# ----------------------------------------------------------------------------- linear features: logit tables
+
+TABLE_ELEMENTS = 2 ** 20   # elements of a chunk's (B, V) logits in the table route (4 MiB in float32)
+
+
+def table_chunk_size(problem: Problem) -> int:
+    """Samples per chunk of the table route: (chunk, V) logits near 2^20 elements."""
+    return max(1, TABLE_ELEMENTS // max(problem.cfg.V, problem.cfg.V_in))
+
+
+def hits_and_max(logits: torch.Tensor, logit_y: torch.Tensor, labels: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """(number of rows whose argmax is the label, (B,) row maxima). The argmax is the first maximum,
+    as `torch.argmax`; it is read from the largest other logit (`amax` with the label's entry masked
+    in place and restored: 15x faster than argmax on CPU), and argmax itself runs only on rows where
+    another logit ties the label's."""
+    lab = labels[:, None]
+    logits.scatter_(1, lab, -torch.inf)
+    other = logits.amax(1)
+    logits.scatter_(1, lab, logit_y[:, None])
+    n = int((logit_y > other).sum())
+    tied = logit_y == other
+    if bool(tied.any()):
+        n += int((logits[tied].argmax(1) == labels[tied]).sum())
+    return n, torch.maximum(other, logit_y)
+
+
+def cross_entropy_of(row_max: torch.Tensor, logit_y: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """sum_n -log softmax(xi_n)_{y_n} from the softmax `probs` (B, V): logsumexp(xi_n) = m_n - log p_max,n
+    with m_n the largest logit and p_max,n = exp(m_n - logsumexp) >= 1/V its probability, which never
+    underflows (log p_y would, at logit gaps beyond ~87 in float32)."""
+    return (row_max - logit_y - torch.log(probs.amax(1))).sum()
+
+
+def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool = True,
+                    need_W: bool = True) -> Gradients:
+    """The generic step for a linear feature map (phi(o) = o), through V_in x V logit tables.
+
+    With M = U W_V (V, d) the logits are linear in the pooled value: xi_n = M o_n = sum_t a_{n,t} T[x_t]
+    + a_{n,l} tiv M z_trig (+ a_{n,EOS} M z_EOS) with the table T = E M^T (V_in, V): one weighted
+    `embedding_bag` per chunk, O(L V) per sample. With err_n = softmax(xi_n) - e_{y_n} and
+    P = sum_{n,t} a_{n,t} e_{x_t} err_n^T (V_in, V), the reverse bag through the batch's `TokenIndex`:
+
+      N grad_V = U^T (P^T E + tiv (sum_n a_{n,l} err_n) z_trig^T + (sum_n a_{n,EOS} err_n) z_EOS^T),
+      r_n . v_{n,t} = err_n . T[x_t] (+ tiv err_n . M z_trig at t = l),   r_n . o_n = err_n . xi_n = beta_n,
+      N k = sum_j e_j (T[j] . P[j]) + tiv E^T (sum_n a_{n,l} err_n . M z_trig e_{x*_n})
+            - E^T (sum_{n,t} a_{n,t} beta_n e_{x_t}) + z_trig sum_n ds_{n,l} + z_EOS sum_n ds_{n,EOS},
+
+    ds_{n,t} = a_{n,t} (r_n . v_{n,t} - beta_n). No (B, d) product with U or E per sample at all."""
+    cfg = problem.cfg
+    E, U, z, q = problem.E, problem.U, problem.z_trig, problem.z_eos
+    dt, dev = E.dtype, E.device
+    L, N, V = cfg.L, batch.N, cfg.V
+    tiv = float(cfg.trigger_in_value)
+    need_W = need_W and cfg.n_keys > 1
+    w = params.W_KQ @ q
+    M = U @ params.W_V                                                 # (V, d)
+    T = E @ M.T                                                        # (V_in, V)
+    xi_z, xi_q = M @ z, M @ q                                          # (V,)
+    size = table_chunk_size(problem)
+    index = token_index(problem, batch, size)
+    P = torch.zeros(cfg.V_in, V, dtype=dt, device=dev)
+    Q = torch.zeros(cfg.V_in, V, dtype=dt, device=dev) if need_W and need_V else None
+    err_trig, err_eos = torch.zeros(V, dtype=dt, device=dev), torch.zeros(V, dtype=dt, device=dev)
+    ds_tokens = torch.zeros(cfg.V_in, dtype=dt, device=dev)
+    ds_trig, ds_eos, loss = E.new_zeros(()), E.new_zeros(()), E.new_zeros(())
+    correct = 0
+    err_buf = torch.empty(min(size, N), V, dtype=dt, device=dev)
+    rows_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W else None
+    plain_buf = torch.empty(min(size, N), L, dtype=dt, device=dev) if need_W else None
+    for c, (start, b) in enumerate(zip(range(0, N, size), chunks(batch, size, widen=False))):
+        a = torch.softmax(position_scores(problem, b, w), 1)          # (B, K)
+        a_tok = a[:, :L].contiguous()
+        a_l = a.gather(1, b.pos[:, None])[:, 0]                        # (B,)
+        xi = Fn.embedding_bag(b.tokens, T, mode="sum", per_sample_weights=a_tok)
+        if tiv:
+            xi.addr_(a_l, xi_z)
+        if cfg.eos_key:
+            xi.addr_(a[:, L], xi_q)
+        lab = b.labels[:, None]
+        xi_y = xi.gather(1, lab)[:, 0]
+        n_hit, row_max = hits_and_max(xi, xi_y, b.labels)
+        correct += n_hit
+        err = torch.softmax(xi, 1, out=err_buf[:b.N])                  # a reused buffer: fewer page faults
+        loss = loss + cross_entropy_of(row_max, xi_y, err)
+        err.scatter_add_(1, lab, torch.full_like(lab, -1.0, dtype=dt))  # softmax - e_y
+        if not need_W:                                                 # all positions in one reverse bag
+            P += index.scatter_rows(c, start, L, err, a_tok)
+        else:
+            # the trigger's position apart (Q), its ds computed sample by sample: when attention sits on
+            # it, ds_{n,l} is a small difference of O(|T|) terms that a sum over the batch would drown
+            a_plain = plain_buf[:b.N].copy_(a_tok).scatter_(1, b.pos[:, None], 0.0)
+            P += index.scatter_rows(c, start, L, err, a_plain)
+            if need_V:
+                Q += index.scatter_informative(c, start, err, a_l)      # sum_n a_{n,l} e_{x*_n} err_n^T
+            beta = xi.mul_(err).sum(1)                                 # r_n . o_n = err_n . xi_n (xi is spent)
+            T_l = torch.index_select(T, 0, b.informative, out=rows_buf[:b.N])   # (B, V): T[x*_n]
+            r_l = T_l.mul_(err).sum(1)                                 # r_n . e_{x*_n} = err_n . T[x*_n]
+            if tiv:
+                r_l = r_l + err @ xi_z                                 # + r_n . z_trig
+            ds_l = a_l * (r_l - beta)                                  # (B,): ds_{n,l}
+            ds_tokens += torch.bincount(b.informative, weights=ds_l, minlength=cfg.V_in).to(dt)
+            ds_tokens -= weighted_token_sum(problem, b.tokens, a_plain * beta[:, None])
+            ds_trig = ds_trig + ds_l.sum()
+            if cfg.eos_key:
+                ds_eos = ds_eos + (a[:, L] * (err @ xi_q - beta)).sum()
+        if tiv and need_V:
+            err_trig += a_l @ err
+        if cfg.eos_key and need_V:
+            err_eos += a[:, L] @ err
+    if need_V:
+        if need_W:
+            P_all = P + Q                                              # every position
+        else:
+            P_all = P
+        grad_V = U.T @ (P_all.T @ E + tiv * torch.outer(err_trig, z) + torch.outer(err_eos, q)) / N
+    else:
+        grad_V = torch.zeros_like(params.W_V)
+    if need_W:
+        ds_tokens += (T * P).sum(1)                                    # the other positions
+        k = (E.T @ ds_tokens + ds_trig * z + ds_eos * q) / N
+        grad_W = torch.outer(k, q)
+    else:
+        grad_W = torch.zeros_like(params.W_KQ)
+    return Gradients(float(loss) / N, grad_V, grad_W, correct)
+
+
 # ----------------------------------------------------------------------------- attn-only, limit mode
 
 PASS_SAMPLES = 2 ** 14   # samples per chunk of the token passes: (chunk, L) ids stay in cache
+TABLE_PASS_SAMPLES = 2 ** 16   # pass 1: each chunk's bincount allocates the whole V x V_in table, so fewer chunks
 
 
 def count_chunk_size(problem: Problem) -> int:
@@ -137,7 +286,7 @@ def pair_ids(problem: Problem, b: Batch, buf: torch.Tensor) -> torch.Tensor:
                      out=buf[: b.N])
 
 
-def count_tables(problem: Problem, batch: Batch, size: int = PASS_SAMPLES):
+def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES):
     """A (V_in, V): A[j, i] = sum_n 1[x*_n = i] c_{n,j};  n (V,): informative-token counts.
     One bincount of the pair ids x*_n V_in + x_{n,t}, chunk by chunk through a reused buffer."""
     cfg = problem.cfg
@@ -163,7 +312,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     buf = torch.empty(min(size, N), L, dtype=idt, device=dev)
 
     # step 1 (pass 1): G1 from the count table
-    A, n = count_tables(problem, batch, size)
+    A, n = count_tables(problem, batch)
     dU = problem.U_perm - problem.u_bar                                # (V, d): u_{Pi i} - u_bar
     s = value_offset(problem)
     G1 = dU.T @ (A.T @ E + n[:, None] * s) / (N * K)                   # (d, d)
@@ -220,62 +369,19 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
 def finite_attn(problem: Problem, batch: Batch, eta: float, gamma_W: float | None, attn_scale: float):
     """(G1, W1, gamma_W, G3) of the finite mode for the attention-only model, from token ids.
 
-    With V1 = eta G1 the logits read the V_in x V table T1 = E V1^T U^T (T1[j] = the logits that
-    token j adds): xi_n = sum_t a_{n,t} T1[x_t] + a_l tiv U V1 z_trig (+ a_EOS U V1 z_EOS), one
-    `embedding_bag` over the token ids, O(L V) per sample instead of O((L + V) d). In step 2
-    (uniform attention) err_n = softmax(xi_n) - e_{y_n}, r_n = V1^T U^T err_n, r_n . obar_n = err_n . xi_n
-    and r_n . e_{x_t} is a gather from r_n E^T. Step 3 needs sum_n err_n o_n^T (one GEMM)."""
+    Step 1 (at zero parameters the logits vanish) comes from the count table A, as in `limit_attn`;
+    steps 2 and 3 are the generic step at (V1, 0) and (V1, W1), on the logit-table route when it is
+    the faster one (`uses_tables`), both through one `TokenIndex` of the batch."""
     cfg = problem.cfg
-    N, K, L, V = batch.N, cfg.n_keys, cfg.L, cfg.V
-    E, U, z, q = problem.E, problem.U, problem.z_trig, problem.z_eos
-    tiv = 1.0 if cfg.trigger_in_value else 0.0
-    A, n = count_tables(problem, batch, count_chunk_size(problem))
+    N, K = batch.N, cfg.n_keys
+    E, q = problem.E, problem.z_eos
+    A, n = count_tables(problem, batch)
     dU = problem.U_perm - problem.u_bar
     G1 = dU.T @ (A.T @ E + n[:, None] * value_offset(problem)) / (N * K)          # step 1
     V1 = eta * G1
-    UV1 = U @ V1                                                       # (V, d)
-    T1 = E @ UV1.T                                                     # (V_in, V): logits of token j
-    xi_z, xi_q = UV1 @ z, UV1 @ q                                      # (V,): logits of z_trig, z_EOS
-    size = max(1, (2 ** 22) // max(V, cfg.V_in, L, cfg.d))
-
-    # step 2: uniform attention, W_V = V1
-    ds_tokens = torch.zeros(cfg.V_in, dtype=E.dtype, device=E.device)
-    ds_trig, ds_eos = E.new_zeros(()), E.new_zeros(())
-    offset = tiv * xi_z + (xi_q if cfg.eos_key else 0.0)
-    for b in chunks(batch, size):
-        xi = (Fn.embedding_bag(b.tokens, T1, mode="sum") + offset) / K                # (B, V)
-        err = torch.softmax(xi, 1)
-        err[torch.arange(b.N, device=E.device), b.labels] -= 1.0
-        r = err @ UV1                                                   # (B, d): r_n = V1^T U^T err_n
-        dots = (r @ E.T).gather(1, b.tokens)                            # (B, L): r_n . e_{x_t}
-        beta = (err * xi).sum(1)                                        # r_n . obar_n
-        r_z = err @ xi_z                                                # r_n . z_trig
-        ds_tokens += weighted_token_sum(problem, b.tokens, dots)
-        ds_tokens += tiv * torch.bincount(b.informative, weights=r_z, minlength=cfg.V_in).to(E.dtype)
-        ds_tokens -= weighted_token_sum(problem, b.tokens, beta[:, None].expand(b.tokens.shape))
-        r_inf = (err * T1[b.informative]).sum(1)                        # r_n . e_{x*_n}
-        ds_trig = ds_trig + (r_inf + tiv * r_z - beta).sum()
-        if cfg.eos_key:
-            ds_eos = ds_eos + (err @ xi_q - beta).sum()
-    k_grad = (E.T @ ds_tokens + ds_trig * z + ds_eos * q) / (N * K) if K > 1 else torch.zeros_like(z)
-    grad_W = torch.outer(k_grad, q)
+    grad_W = count_gradients(problem, Params(V1, torch.zeros_like(V1)), batch, need_V=False).W_KQ   # step 2
     if gamma_W is None:
-        norm = float(k_grad.norm() * q.dot(q))
-        gamma_W = attn_scale / norm if norm > 0 else 0.0
+        gamma_W = normalised_gamma_W(grad_W, q, attn_scale)
     W1 = -gamma_W * grad_W
-
-    # step 3: softmax attention along W1 q, W_V = V1
-    w = W1 @ q
-    err_o = torch.zeros(V, cfg.d, dtype=E.dtype, device=E.device)      # sum_n err_n o_n^T
-    for b in chunks(batch, size):
-        a = torch.softmax(position_scores(problem, b, w), 1)            # (B, K)
-        xi = Fn.embedding_bag(b.tokens, T1, mode="sum", per_sample_weights=a[:, :L].contiguous())
-        a_l = a.gather(1, b.pos[:, None])
-        xi = xi + tiv * a_l * xi_z
-        if cfg.eos_key:
-            xi = xi + a[:, L:] * xi_q
-        err = torch.softmax(xi, 1)
-        err[torch.arange(b.N, device=E.device), b.labels] -= 1.0
-        err_o += err.T @ pooled_values(problem, b, a)
-    G3 = -(U.T @ err_o) / N
+    G3 = -count_gradients(problem, Params(V1, W1), batch, need_W=False).W_V                         # step 3
     return G1, W1, gamma_W, G3

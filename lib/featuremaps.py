@@ -72,6 +72,7 @@ class FeatureMap:
 
     name: str = ""
     needs_m: bool = False          # does the config need an MLP width m?
+    linear: bool = False           # phi(o) = o? (then logits are linear in o: `lib.counts.table_gradients`)
 
     def __init__(self, cfg):
         self.d, self.m = cfg.d, cfg.m
@@ -107,6 +108,8 @@ def register(name: str):
 @register("attn")
 class Identity(FeatureMap):
     """Attention-only: phi(o) = o, logits U W_V o, W_V is (d, d)."""
+
+    linear = True
 
     @classmethod
     def widths(cls, d, m):

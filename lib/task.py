@@ -29,6 +29,7 @@ class Batch:
     pos: torch.Tensor      # (N,) long: the informative position l in [0, L)
     labels: torch.Tensor   # (N,) long: y = Pi*(x_l) in [0, V)
     _informative: torch.Tensor | None = field(default=None, repr=False)   # x_l, stored once
+    _index: object = field(default=None, repr=False, compare=False)        # lib.tokens.TokenIndex, built once
 
     @property
     def N(self) -> int:

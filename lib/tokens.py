@@ -13,7 +13,7 @@ Every function here is differentiable in w and W_V, so the autograd trainer runs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as Fn
@@ -56,8 +56,7 @@ def value_offset(problem: Problem) -> torch.Tensor:
 def position_scores(problem: Problem, b: Batch, w: torch.Tensor) -> torch.Tensor:
     """Attention scores h_t^T w of every key (B, K), from the table E w: no (B, L, d) tensor."""
     s = (problem.E @ w).index_select(0, b.tokens.reshape(-1)).view(b.tokens.shape)   # (B, L) table lookup
-    bonus = torch.zeros_like(s).scatter_(1, b.pos[:, None], 1.0) * (problem.z_trig @ w)
-    s = s + bonus
+    s = s.scatter_add(1, b.pos[:, None], (problem.z_trig @ w).expand(b.N, 1))          # the trigger's bonus
     if problem.cfg.eos_key:
         s = torch.cat([s, (problem.z_eos @ w).expand(b.N, 1)], 1)       # (B, L + 1)
     return s
@@ -127,3 +126,61 @@ def forward_chunk(problem: Problem, W_V: torch.Tensor, w: torch.Tensor, b: Batch
 def logits_of(problem: Problem, W_V: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
     """xi = U W_V phi(o) for pooled vectors o (B, d): (B, V)."""
     return problem.features.phi(o, problem.F) @ W_V.T @ problem.U.T
+
+
+@dataclass
+class TokenIndex:
+    """The token ids of a batch inverted, chunk by chunk: for chunk c (samples c size ..), `order(c)`
+    lists its flat positions n L + t (n counted inside the chunk) sorted by token id, and
+    `offsets(c)` (V_in,) where each token's run starts. With it, sum_{(n, t): x_{n,t} = j} a_{n,t} X[n]
+    for every token j is one `embedding_bag` of the chunk's rows X (`scatter_rows`): the reverse of the
+    forward bag sum_t a_{n,t} T[x_{n,t}], without a per-step sort. Built once per batch and size
+    (`token_index`); it holds N L int32 ids, as many as the batch's tokens."""
+
+    size: int
+    order: torch.Tensor          # (N L,) int32: chunk by chunk, positions sorted by token id
+    offsets: torch.Tensor        # (chunks, V_in) int32
+    inf_order: torch.Tensor      # (N,) int32: chunk by chunk, samples sorted by informative token
+    inf_offsets: torch.Tensor    # (chunks, V_in) int32
+    _rows: torch.Tensor | None = field(default=None, repr=False)      # work buffers of scatter_rows
+    _weights: torch.Tensor | None = field(default=None, repr=False)
+
+    def scatter_rows(self, c: int, start: int, L: int, X: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """(V_in, X.shape[1]): row j = sum over the chunk's positions (n, t) with x_{n,t} = j of
+        a[n, t] X[n], for chunk c starting at sample `start` (a: (B, L) weights, X: (B, width))."""
+        n = a.numel()
+        order = self.order[start * L:start * L + n]
+        if self._rows is None or self._rows.numel() < n:                 # reused: no allocation per chunk
+            self._rows = torch.empty(n, dtype=order.dtype, device=order.device)
+            self._weights = torch.empty(n, dtype=a.dtype, device=a.device)
+        if self._weights.dtype != a.dtype:
+            self._weights = torch.empty(self._rows.numel(), dtype=a.dtype, device=a.device)
+        rows = torch.div(order, L, rounding_mode="floor", out=self._rows[:n])
+        weights = torch.index_select(a.reshape(-1), 0, order, out=self._weights[:n])
+        return Fn.embedding_bag(rows, X, self.offsets[c], mode="sum", per_sample_weights=weights)
+
+    def scatter_informative(self, c: int, start: int, X: torch.Tensor, a_l: torch.Tensor) -> torch.Tensor:
+        """(V_in, X.shape[1]): row j = sum over the chunk's samples n with x*_n = j of a_l[n] X[n]."""
+        order = self.inf_order[start:start + a_l.numel()]
+        return Fn.embedding_bag(order, X, self.inf_offsets[c], mode="sum", per_sample_weights=a_l.index_select(0, order))
+
+
+def token_index(problem: Problem, batch: Batch, size: int) -> TokenIndex:
+    """The `TokenIndex` of `batch` for chunks of `size` samples, built once and kept on the batch."""
+    cached = batch._index
+    if isinstance(cached, TokenIndex) and cached.size == size and cached.order.numel() == batch.tokens.numel():
+        return cached
+    dev = batch.tokens.device
+    V_in = problem.cfg.V_in
+    order = torch.empty(batch.tokens.numel(), dtype=torch.int32, device=dev)
+    inf_order = torch.empty(batch.N, dtype=torch.int32, device=dev)
+    offsets, inf_offsets = [], []
+    for start in range(0, batch.N, size):
+        for ids, out, offs, at in ((batch.tokens[start:start + size].reshape(-1), order, offsets, start * batch.tokens.shape[1]),
+                                   (batch.informative[start:start + size], inf_order, inf_offsets, start)):
+            out[at:at + ids.numel()] = torch.argsort(ids, stable=True)
+            counts = torch.bincount(ids, minlength=V_in)
+            offs.append(counts.cumsum(0) - counts)
+    index = TokenIndex(size, order, torch.stack(offsets).to(torch.int32), inf_order, torch.stack(inf_offsets).to(torch.int32))
+    batch._index = index
+    return index

@@ -11,18 +11,23 @@ from lib.trainer import TrainConfig, gd_counts, train_transformer
 from conftest import small_cfg, rel, random_params
 
 
-CASES = list(itertools.product(["attn", "mlp"], ["unit", "raw"], [True, False], [False, True], [None, 3]))
-CASES = [c for c in CASES if c[0] == "mlp" or c[1] == "unit"]
+CASES = list(itertools.product(["attn", "mlp"], ["unit", "raw"], [True, False], [False, True], [None, 3],
+                               [True, False]))
+CASES = [c for c in CASES if (c[0] == "mlp" and not c[5]) or (c[0] == "attn" and c[1] == "unit")]
 
 
-@pytest.mark.parametrize("model,mlp_input,tiv,eos,noise", CASES)
-def test_count_gradients_equal_direct_and_autograd(model, mlp_input, tiv, eos, noise):
+@pytest.mark.parametrize("model,mlp_input,tiv,eos,noise,tables", CASES)
+def test_count_gradients_equal_direct_and_autograd(model, mlp_input, tiv, eos, noise, tables):
+    """Both count routes (logit tables for the linear feature map, features otherwise) against the
+    direct closed forms and autograd."""
     cfg = small_cfg(V=9, d=6, L=5, model=model, mlp_input=mlp_input, trigger_in_value=tiv, eos_key=eos,
                     noise_vocab=noise)
     problem = lib.make_problem(cfg, 3)
     batch = lib.sample_batch(problem, 57, 4)
     params = random_params(cfg, 5, 0.7)
-    counts = lib.counts.gradients(problem, params, batch)
+    assert lib.counts.uses_tables(problem, params) == (model == "attn")
+    counts = lib.counts.count_gradients(problem, params, batch, tables=tables)
+    assert counts.correct == lib.counts.gradients(problem, params, batch).correct
     direct = lib.gradients(problem, params, batch)
     auto = lib.autograd_gradients(problem, params, batch)
     for g in (direct, auto):
@@ -79,4 +84,104 @@ def test_limit_generic_schedule_equals_the_count_table_fast_path():
         fast = lib.three_steps(problem, batch)
         generic = schedule._limit(problem, batch, lib.counts.count_gradients, lib.StepSizes())
         for x, y in [(fast.G1, generic.G1), (fast.k, generic.k), (fast.G3, generic.G3)]:
+            assert rel(x, y) < 1e-10
+
+
+def _dense_bag_reverse(tokens, X, a, V_in):
+    """sum_{n,t} a[n, t] 1[x_{n,t} = j] X[n], written out (the reference for TokenIndex)."""
+    out = torch.zeros(V_in, X.shape[1], dtype=X.dtype)
+    for n in range(tokens.shape[0]):
+        for t in range(tokens.shape[1]):
+            out[int(tokens[n, t])] += a[n, t] * X[n]
+    return out
+
+
+def test_token_index_reverses_the_bag_chunk_by_chunk():
+    cfg = small_cfg(V=7, d=5, L=4, noise_vocab=3)
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, 23, 1)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(23, 6, generator=g, dtype=torch.float64)
+    a = torch.rand(23, 4, generator=g, dtype=torch.float64)
+    index = lib.tokens.token_index(problem, batch, 5)
+    assert lib.tokens.token_index(problem, batch, 5) is index            # built once, kept on the batch
+    for c, start in enumerate(range(0, 23, 5)):
+        sl = slice(start, start + 5)
+        got = index.scatter_rows(c, start, 4, X[sl], a[sl])
+        assert rel(got, _dense_bag_reverse(batch.tokens[sl], X[sl], a[sl], cfg.V_in)) < 1e-14
+        got = index.scatter_informative(c, start, X[sl], a[sl, 0])
+        want = _dense_bag_reverse(batch.informative[sl, None], X[sl], a[sl, :1], cfg.V_in)
+        assert rel(got, want) < 1e-14
+    other = lib.tokens.token_index(problem, batch, 7)                     # another chunk size: rebuilt
+    assert other.size == 7 and other.offsets.shape == (4, cfg.V_in)
+
+
+def test_hits_is_argmax_with_ties():
+    """The amax-based count equals (argmax == label), the first maximum winning a tie."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 4, (400, 6), generator=g).double()              # many ties
+    x[:50] = 0.0                                                          # constant rows: argmax is 0
+    labels = torch.randint(0, 6, (400,), generator=g)
+    x_y = x.gather(1, labels[:, None])[:, 0]
+    want = int((x.argmax(1) == labels).sum())
+    before = x.clone()
+    n, row_max = lib.counts.hits_and_max(x, x_y, labels)
+    assert n == want and torch.equal(row_max, before.amax(1))
+    assert torch.equal(x, before)                                         # the logits are restored
+    y = torch.randn(300, 9, generator=g)
+    lab = torch.randint(0, 9, (300,), generator=g)
+    assert lib.counts.hits_and_max(y, y.gather(1, lab[:, None])[:, 0], lab)[0] == int((y.argmax(1) == lab).sum())
+
+
+def test_cross_entropy_of_survives_underflow():
+    """Rows whose label probability underflows in float32 still give the exact, finite loss."""
+    x = torch.tensor([[0.0, 200.0, -5.0], [1.0, 2.0, 3.0], [-300.0, 0.0, 0.0]], dtype=torch.float32)
+    y = torch.tensor([0, 2, 0])
+    got = lib.counts.cross_entropy_of(x.amax(1), x.gather(1, y[:, None])[:, 0], torch.softmax(x, 1))
+    want = torch.nn.functional.cross_entropy(x.double(), y, reduction="sum")
+    assert torch.isfinite(got) and float(got) == pytest.approx(float(want), rel=1e-6)
+
+
+@pytest.mark.parametrize("tiv,eos", [(True, False), (False, True)])
+def test_table_route_corner_cases(tiv, eos):
+    """Skipped blocks are zero and the other one unchanged; zero parameters (all logits tie, uniform
+    attention) and one key (L = 1: no attention gradient) agree with the feature route."""
+    for L in (5, 1):
+        if L == 1 and eos:
+            continue
+        cfg = small_cfg(V=8, d=6, L=L, trigger_in_value=tiv, eos_key=eos)
+        problem = lib.make_problem(cfg, 1)
+        batch = lib.sample_batch(problem, 40, 2)
+        for params in (random_params(cfg, 3, 0.5), lib.zero_params(cfg)):
+            ref = lib.counts.count_gradients(problem, params, batch, tables=False)
+            got = lib.counts.count_gradients(problem, params, batch, tables=True)
+            assert got.correct == ref.correct and got.loss == pytest.approx(ref.loss, rel=1e-12)
+            assert rel(got.W_V, ref.W_V) < 1e-10
+            assert float((got.W_KQ - ref.W_KQ).norm()) <= 1e-10 * max(1.0, float(ref.W_KQ.norm()))
+            only_V = lib.counts.count_gradients(problem, params, batch, need_W=False, tables=True)
+            only_W = lib.counts.count_gradients(problem, params, batch, need_V=False, tables=True)
+            assert rel(only_V.W_V, ref.W_V) < 1e-10 and not bool(only_V.W_KQ.any())
+            assert torch.equal(only_W.W_KQ, got.W_KQ) and not bool(only_W.W_V.any())
+
+
+def test_tables_need_the_linear_feature_map():
+    cfg = small_cfg(V=8, d=6, L=3, model="mlp", m=5)
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, 10, 0)
+    with pytest.raises(ValueError, match="tables"):
+        lib.counts.count_gradients(problem, random_params(cfg, 0), batch, tables=True)
+
+
+def test_finite_fast_path_equals_the_generic_schedule_on_the_feature_route():
+    import lib.schedule as schedule
+    feature_route = lambda *a, **k: lib.counts.count_gradients(*a, **k, tables=False)
+    for tiv, eos, noise in itertools.product([True, False], [False, True], [None, 3]):
+        cfg = small_cfg(V=11, d=7, L=6, trigger_in_value=tiv, eos_key=eos, noise_vocab=noise)
+        problem = lib.make_problem(cfg, 2)
+        batch = lib.sample_batch(problem, 300, 2)
+        s = lib.StepSizes(eta=0.5, gamma_W=None, attn_scale=3.0, gamma_V=2.0)
+        fast = lib.three_steps(problem, batch, "finite", step_sizes=s)
+        generic = schedule._finite(problem, batch, feature_route, s)
+        assert fast.gamma_W == pytest.approx(generic.gamma_W, rel=1e-10)
+        for x, y in [(fast.V1, generic.V1), (fast.W1, generic.W1), (fast.V2, generic.V2)]:
             assert rel(x, y) < 1e-10
