@@ -4,9 +4,10 @@
   before  : the implementation of the commit before the count-route rework (d802529, "today"),
             extracted with `git archive` into a temporary folder and run in a child process on the
             SAME problem and batch (saved tensors), so the numbers can be compared.
-  primitives: one pass of each torch primitive each route is made of (bench/primitives.py): for the
-            limit mode its three passes' bincounts, bag and lookups; for the finite mode two logit-table
-            steps (forward bag, softmax, reverse bag) -- what a route without fused kernels cannot beat.
+  primitives: the torch primitives each route is made of, timed alone (bench/primitives.py): for the
+            limit mode the cheapest form of its three passes' bincounts, bag, lookup and row maximum,
+            each in one call over all ids; for the finite mode two logit-table steps (forward bag,
+            softmax, reverse bag) -- what a route without fused kernels cannot beat.
 Prints medians (floor and limit: of --repeat runs; finite: of --repeat-finite runs), the ratios
 limit / floor and finite before / after, the same ratios for the primitives alone, the relative
 difference of the finite V2 against "before", and the peak resident memory of a fresh process
@@ -110,7 +111,7 @@ def main():
           f"(medians of {a.repeat})", flush=True)
     prim = limit_floor(problem, batch)
     print("limit primitives: " + ", ".join(f"{k} {v:.3f} s" for k, v in prim.items())
-          + f" = {prim['sum'] / t_floor:.1f}x the floor (the least an unfused limit route costs)", flush=True)
+          + f" = {prim['sum'] / t_floor:.1f}x the floor (the least these three passes cost with torch's own primitives)", flush=True)
     t_fin, fin = median_time(lambda: lib.three_steps(problem, batch, "finite",
                                                      step_sizes=lib.StepSizes(**STEPS)), a.repeat_finite)
     old = before_finite(problem, batch, a.repeat_finite)

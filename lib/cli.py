@@ -1,4 +1,4 @@
-"""The command line: `python -m lib train | nstar | sweep ...` (SPEC.md contract).
+"""The command line: `python -m lib train | nstar | sweep ...` (the contract in the README).
 
 `sweep` takes several values for --V, --d, --L and --m, runs N* for every point of their grid
 (`lib.sweep`), resumable through --cache and parallel through --jobs; with --json it prints one JSON

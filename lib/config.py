@@ -1,6 +1,6 @@
 """Configuration of one recall problem, validated once at construction.
 
-`TaskConfig` holds every switch of SPEC.md ("Notation and defaults", "Task sampler", "Models"):
+`TaskConfig` holds every switch of the book's notation table (chapter 1) and models (chapter 3):
 sizes (V, d, L, m), how embeddings are drawn, where the trigger goes, which model (a registered
 feature map, `lib.featuremaps`), activation and MLP input normalisation, and the numeric
 dtype/device. Every chapter builds one of these first.
@@ -79,7 +79,7 @@ def default_device() -> str:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """One recall problem: sizes, switches, numerics. All defaults are SPEC.md's."""
+    """One recall problem: sizes, switches, numerics. Defaults follow the book's notation table (chapter 1)."""
 
     V: int                                # vocabulary size: tokens and labels live in [V]
     d: int                                # embedding dimension (d < V is the interesting case)

@@ -8,7 +8,8 @@ routes that compute the same numbers. The *feature route* (any model) forms the 
 the logits U W_V phi(o_n) per sample: O((V + V_in + d) d) per sample in GEMMs. The *logit-table route*
 (`table_gradients`, the linear feature map of the attention-only model, soft attention) reads the
 logits from a V_in x V table and sends the output error back through an inverted index of the batch
-(`lib.tokens.TokenIndex`): O(L V) per sample, several times faster when L <= d. The attention
+(`lib.tokens.TokenIndex`): O(L V) per sample against O((V + d) d), taken when L <= d (measured
+about as fast at L = d and 2-5x faster at L << d, bench/bench_train.py). The attention
 gradient is k q^T (rank one) with, for r_n = J_n^T W_V^T g_n and ds_{n,t} = a_{n,t} r_n.(v_{n,t} - o_n),
 
     N k = sum_n sum_t ds_{n,t} h_{n,t} = E^T (sum_n sum_t ds_{n,t} 1[x_t = j])_j + z_trig sum_n ds_{n,l}
@@ -145,8 +146,8 @@ def table_chunk_size(problem: Problem) -> int:
 
 
 def hits_and_max(logits: torch.Tensor, logit_y: torch.Tensor, labels: torch.Tensor) -> tuple[int, torch.Tensor]:
-    """(number of rows whose argmax is the label, (B,) row maxima). The argmax is the first maximum,
-    as `torch.argmax`; it is read from the largest other logit (`amax` with the label's entry masked
+    """(number of rows whose argmax is the label, (B,) row maxima), for finite logits. The argmax is
+    the first maximum, as `torch.argmax`; it is read from the largest other logit (`amax` with the label's entry masked
     in place and restored: 15x faster than argmax on CPU), and argmax itself runs only on rows where
     another logit ties the label's."""
     lab = labels[:, None]
@@ -181,7 +182,12 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
       N k = sum_j e_j (T[j] . P[j]) + tiv E^T (sum_n a_{n,l} err_n . M z_trig e_{x*_n})
             - E^T (sum_{n,t} a_{n,t} beta_n e_{x_t}) + z_trig sum_n ds_{n,l} + z_EOS sum_n ds_{n,EOS},
 
-    ds_{n,t} = a_{n,t} (r_n . v_{n,t} - beta_n). No (B, d) product with U or E per sample at all."""
+    ds_{n,t} = a_{n,t} (r_n . v_{n,t} - beta_n). No (B, d) product with U or E per sample at all.
+    With the attention gradient, the trigger's key is kept apart: xi_n = xi_rest,n + a_{n,l} T_l,n with
+    T_l,n = T[x*_n] + tiv M z_trig the logits of v_{n,l}, and ds_{n,l} = a_{n,l} ((1 - a_{n,l}) err_n . T_l,n
+    - err_n . xi_rest,n), 1 - a_{n,l} summed from the other keys' weights: no difference of two
+    logit-sized numbers, so it keeps its digits in float32 when attention sits on the trigger (the
+    feature route and autograd form r . v_l - beta and lose them; tests/test_count_gradients.py)."""
     cfg = problem.cfg
     E, U, z, q = problem.E, problem.U, problem.z_trig, problem.z_eos
     dt, dev = E.dtype, E.device
@@ -202,43 +208,50 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
     correct = 0
     err_buf = torch.empty(min(size, N), V, dtype=dt, device=dev)
     rows_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W else None
+    xi_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W else None
     plain_buf = torch.empty(min(size, N), L, dtype=dt, device=dev) if need_W else None
+    work = index.work_buffers(min(size, N) * L, dt)
     for c, (start, b) in enumerate(zip(range(0, N, size), chunks(batch, size, widen=False))):
         a = torch.softmax(position_scores(problem, b, w), 1)          # (B, K)
         a_tok = a[:, :L].contiguous()
         a_l = a.gather(1, b.pos[:, None])[:, 0]                        # (B,)
-        xi = Fn.embedding_bag(b.tokens, T, mode="sum", per_sample_weights=a_tok)
-        if tiv:
-            xi.addr_(a_l, xi_z)
+        a_eos = a[:, L] if cfg.eos_key else None
+        # with the attention gradient, the trigger's position is kept apart: xi = xi_rest + a_l T_l
+        a_bag = plain_buf[:b.N].copy_(a_tok).scatter_(1, b.pos[:, None], 0.0) if need_W else a_tok
+        xi = Fn.embedding_bag(b.tokens, T, mode="sum", per_sample_weights=a_bag)
         if cfg.eos_key:
-            xi.addr_(a[:, L], xi_q)
+            xi.addr_(a_eos, xi_q)
+        if need_W:
+            xi_rest = xi                                               # logits of every key but l
+            T_l = torch.index_select(T, 0, b.informative, out=rows_buf[:b.N])   # logits of v_l:
+            if tiv:
+                T_l += xi_z                                            # T[x*_n] (+ tiv M z_trig)
+            xi = torch.addcmul(xi_rest, a_l[:, None], T_l, out=xi_buf[:b.N])
+        elif tiv:
+            xi.addr_(a_l, xi_z)
         lab = b.labels[:, None]
         xi_y = xi.gather(1, lab)[:, 0]
         n_hit, row_max = hits_and_max(xi, xi_y, b.labels)
         correct += n_hit
-        err = torch.softmax(xi, 1, out=err_buf[:b.N])                  # a reused buffer: fewer page faults
+        err = torch.softmax(xi, 1, out=err_buf[:b.N])                  # reused buffers: fewer page faults
         loss = loss + cross_entropy_of(row_max, xi_y, err)
         err.scatter_add_(1, lab, torch.full_like(lab, -1.0, dtype=dt))  # softmax - e_y
-        if not need_W:                                                 # all positions in one reverse bag
-            P += index.scatter_rows(c, start, L, err, a_tok)
-        else:
-            # the trigger's position apart (Q), its ds computed sample by sample: when attention sits on
-            # it, ds_{n,l} is a small difference of O(|T|) terms that a sum over the batch would drown
-            a_plain = plain_buf[:b.N].copy_(a_tok).scatter_(1, b.pos[:, None], 0.0)
-            P += index.scatter_rows(c, start, L, err, a_plain)
+        P += index.scatter_rows(c, start, L, err, a_bag, work)         # every position (but l, if need_W)
+        if need_W:
             if need_V:
                 Q += index.scatter_informative(c, start, err, a_l)      # sum_n a_{n,l} e_{x*_n} err_n^T
-            beta = xi.mul_(err).sum(1)                                 # r_n . o_n = err_n . xi_n (xi is spent)
-            T_l = torch.index_select(T, 0, b.informative, out=rows_buf[:b.N])   # (B, V): T[x*_n]
-            r_l = T_l.mul_(err).sum(1)                                 # r_n . e_{x*_n} = err_n . T[x*_n]
-            if tiv:
-                r_l = r_l + err @ xi_z                                 # + r_n . z_trig
-            ds_l = a_l * (r_l - beta)                                  # (B,): ds_{n,l}
+            r_rest = xi_rest.mul_(err).sum(1)                          # err_n . xi_rest,n (xi_rest is spent)
+            r_l = T_l.mul_(err).sum(1)                                 # r_n . v_{n,l}
+            beta = r_rest + a_l * r_l                                  # r_n . o_n
+            rest = a_bag.sum(1) + a_eos if cfg.eos_key else a_bag.sum(1)   # 1 - a_l, summed from the others
+            # ds_{n,l} = a_l (r.v_l - beta) = a_l ((1 - a_l) r.v_l - r.xi_rest): no difference of large
+            # terms, so it keeps its digits in float32 when attention sits on l (a_l -> 1)
+            ds_l = a_l * (rest * r_l - r_rest)
             ds_tokens += torch.bincount(b.informative, weights=ds_l, minlength=cfg.V_in).to(dt)
-            ds_tokens -= weighted_token_sum(problem, b.tokens, a_plain * beta[:, None])
+            ds_tokens -= weighted_token_sum(problem, b.tokens, a_bag * beta[:, None])
             ds_trig = ds_trig + ds_l.sum()
             if cfg.eos_key:
-                ds_eos = ds_eos + (a[:, L] * (err @ xi_q - beta)).sum()
+                ds_eos = ds_eos + (a_eos * (err @ xi_q - beta)).sum()
         if tiv and need_V:
             err_trig += a_l @ err
         if cfg.eos_key and need_V:

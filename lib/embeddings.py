@@ -1,6 +1,6 @@
 """Random embeddings and everything else that is fixed once per problem (chapter 2).
 
-A `Problem` bundles the frozen random objects of SPEC.md: input embeddings e_1..e_V (rows of `E`,
+A `Problem` bundles the frozen random objects of chapter 1: input embeddings e_1..e_V (rows of `E`,
 followed by a separate noise vocabulary when asked for), output embeddings u_1..u_V (rows of `U`),
 the trigger z_trig = tau * z and the query z_EOS, the label permutation Pi*, and the MLP's frozen
 first layer F (rows i.i.d. N(0, I)).

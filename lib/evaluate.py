@@ -1,6 +1,6 @@
 """Evaluation on fresh samples, chunked on token ids (all chapters).
 
-Three accuracies (SPEC.md, "Success and capacity"):
+Three accuracies (chapters 1 and 3):
   acc         argmax_k xi_k = y on fresh test samples (the model as trained);
   att_acc     the attention's argmax is the informative position: argmax_t s_t = l;
   oracle_acc  recall with oracle attention: o = v_l, the informative token's value.

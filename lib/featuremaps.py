@@ -1,6 +1,6 @@
 """The models as feature maps: what the value matrix reads (chapters 3 and 8).
 
-Both models of SPEC.md ("Models") compute logits xi = U W_V phi(o) from the attention output o; they
+Both models of the book (chapter 3) compute logits xi = U W_V phi(o) from the attention output o; they
 differ only in the feature map phi. A model is therefore one registered `FeatureMap` class holding
 
   width      the number of columns of W_V (d for attention-only, m for the MLP);

@@ -1,12 +1,12 @@
 """Closed-form gradients of the empirical cross-entropy (chapter 3), on the direct route.
 
-With p_n = softmax(xi_n) and g_n = U^T (p_n - e_{y_n}) (in SPEC's notation U (p_n - e_{y_n})):
+With p_n = softmax(xi_n) and g_n = U^T (p_n - e_{y_n}) (U stores the u_k as rows; with the u_k as columns this reads U (p_n - e_{y_n})):
 
   grad_{W_V}  = (1/N) sum_n g_n phi(o_n)^T
   grad_{W_KQ} = (1/N) sum_n sum_t a_{n,t} [r_n^T (v_{n,t} - o_n)] h_{n,t} q^T,
                 r_n = J_n^T W_V^T g_n,   J_n = d phi / d o = I (attn) or diag(sigma'(F o_n)) F / sqrt(m)
 
-(SPEC writes h_t - o_n for v_t - o_n: the two agree when the trigger is in the value path.)
+(With the trigger in the value path v_t = h_t, and v_t - o_n reads h_t - o_n.)
 At W_V = 0 the logits vanish, p_n is uniform, g_n = u-bar - u_{y_n} and r_n = 0, so grad_{W_KQ} = 0:
 the value matrix must move first. `autograd_gradients` is the independent reference (torch
 autograd through `lib.models.loss`) that the tests and chapter 3 compare the closed forms with.

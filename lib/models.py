@@ -1,6 +1,6 @@
 """The two one-layer models and the loss (chapter 3), on the direct (reference) route.
 
-Attention (SPEC.md, "Models"): scores s_t = h_t^T W_KQ q with q = z_EOS, a = softmax(s) over the
+Attention (chapter 3): scores s_t = h_t^T W_KQ q with q = z_EOS, a = softmax(s) over the
 keys, o = sum_t a_t v_t.  With `Params.hard` the softmax is replaced by its gamma -> infinity limit,
 one-hot on argmax_t s_t (the limit mode of the three steps).
 
@@ -8,7 +8,7 @@ one-hot on argmax_t s_t (the limit mode of the three steps).
   attention-only  phi(o) = o                                  W_V is (d, d)
   attention + MLP phi(o) = sigma(F n(o)) / sqrt(m)            W_V is (d, m), F frozen
 
-(`U` stores u_k as rows, so U W_V o is the vector (u_k^T W_V o)_k of SPEC's U^T V o.)
+(`U` stores u_k as rows, so U W_V o is the vector (u_k^T W_V o)_k of the book's U^T W_V o with the u_k as columns.)
 `forward` materialises the (N, L, d) keys and values: it is the readable reference that the
 token-id route (`lib.tokens`) and the closed-form gradients are tested against.
 W_KQ is stored as a full (d, d) matrix; the forward pass reads it only through W_KQ q, and every
@@ -38,7 +38,7 @@ def activation(name: str):
 class Params:
     """Trainable parameters. `hard=True` means hard (argmax) attention: the limit-mode model."""
 
-    W_V: torch.Tensor    # (d, d) for attn, (d, m) for mlp: the value matrix (SPEC's V)
+    W_V: torch.Tensor    # (d, d) for attn, (d, m) for mlp: the value matrix (V in [Vural et al.])
     W_KQ: torch.Tensor   # (d, d): key-query matrix; it only ever moves along k q^T
     hard: bool = False
 

@@ -1,6 +1,6 @@
 """What the three early gradient steps of [Vural et al.] are (chapters 4-6): step sizes and results.
 
-From W_V = 0, W_KQ = 0 on one fixed batch (SPEC.md, "The three steps"), the schedule is
+From W_V = 0, W_KQ = 0 on one fixed batch (chapter 3), the schedule is
 
   1.  V1 = -eta     grad_{W_V}  L(0, 0)    = eta G1,   G1 = (1/N) sum_n (u_{y_n} - u_bar) phi(obar_n)^T
   2.  W1 = -gamma_W grad_{W_KQ} L(V1, 0)   ~ gamma_W eta k q^T
@@ -39,8 +39,7 @@ class StepSizes:
     attn_scale = 20 (the book's choice, measured): with gamma_W normalised so that |W1 q| = 20 the
     attention logits separate the trigger from the other positions by a gap of order 10-20, so the
     softmax is sharp but not saturated (the MLP at V = 64, d = 32, L = 8 puts 0.998 of its weight
-    on the informative position; gamma_W is about 1.4e8 at V = d = 256, L = 16, the scale SPEC's
-    first look found). The former 1e5 (gamma_W ~ 7e11) made every off-trigger weight underflow:
+    on the informative position; gamma_W is about 1.4e8 at V = d = 256, L = 16). The former 1e5 (gamma_W ~ 7e11) made every off-trigger weight underflow:
     the limit mode plus O(eta). At the tested configurations (attention-only V = 256, d = 64 and
     256, L = 16; MLP V = 64, d = 32, L = 8) finite and limit mode predict the same label on >= 99.99 %
     of test samples; attn_scale = 10 drops below 99.9 % at V = 256, d = 64.

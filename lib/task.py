@@ -1,6 +1,6 @@
 """The token-retrieval task: its sampler and the sequences it produces (chapter 1).
 
-One sample (SPEC.md, "Task sampler"): a position l ~ Unif[L]; the informative token x_l ~ Unif[V];
+One sample (chapter 1): a position l ~ Unif[L]; the informative token x_l ~ Unif[V];
 the other L - 1 tokens i.i.d. uniform over the V content tokens (or over a separate noise
 vocabulary, token ids V..V+V_noise-1, as in [NLB]); the label y = Pi*(x_l).
 
@@ -29,7 +29,7 @@ class Batch:
     pos: torch.Tensor      # (N,) long: the informative position l in [0, L)
     labels: torch.Tensor   # (N,) long: y = Pi*(x_l) in [0, V)
     _informative: torch.Tensor | None = field(default=None, repr=False)   # x_l, stored once
-    _index: object = field(default=None, repr=False, compare=False)        # lib.tokens.TokenIndex, built once
+    _index: object = field(default=None, init=False, repr=False, compare=False)   # lib.tokens.TokenIndex
 
     @property
     def N(self) -> int:

@@ -135,28 +135,38 @@ class TokenIndex:
     `offsets(c)` (V_in,) where each token's run starts. With it, sum_{(n, t): x_{n,t} = j} a_{n,t} X[n]
     for every token j is one `embedding_bag` of the chunk's rows X (`scatter_rows`): the reverse of the
     forward bag sum_t a_{n,t} T[x_{n,t}], without a per-step sort. Built once per batch and size
-    (`token_index`); it holds N L int32 ids, as many as the batch's tokens."""
+    (`token_index`); it holds N L int32 ids, as many as the batch's tokens, and remembers which
+    tensors (and versions of them) it was built from, so that a changed batch gets a new index."""
 
     size: int
+    V_in: int
     order: torch.Tensor          # (N L,) int32: chunk by chunk, positions sorted by token id
     offsets: torch.Tensor        # (chunks, V_in) int32
     inf_order: torch.Tensor      # (N,) int32: chunk by chunk, samples sorted by informative token
     inf_offsets: torch.Tensor    # (chunks, V_in) int32
-    _rows: torch.Tensor | None = field(default=None, repr=False)      # work buffers of scatter_rows
-    _weights: torch.Tensor | None = field(default=None, repr=False)
+    source: tuple = field(repr=False)   # (tokens, pos, their versions): what the index describes
 
-    def scatter_rows(self, c: int, start: int, L: int, X: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    def describes(self, problem: Problem, batch: Batch, size: int) -> bool:
+        tokens, pos, versions = self.source
+        return (self.size == size and self.V_in == problem.cfg.V_in and tokens is batch.tokens
+                and pos is batch.pos and versions == (batch.tokens._version, batch.pos._version))
+
+    def work_buffers(self, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Buffers for `scatter_rows` on chunks of up to n positions (one pair per caller: no sharing)."""
+        return (torch.empty(n, dtype=self.order.dtype, device=self.order.device),
+                torch.empty(n, dtype=dtype, device=self.order.device))
+
+    def scatter_rows(self, c: int, start: int, L: int, X: torch.Tensor, a: torch.Tensor,
+                     work: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """(V_in, X.shape[1]): row j = sum over the chunk's positions (n, t) with x_{n,t} = j of
-        a[n, t] X[n], for chunk c starting at sample `start` (a: (B, L) weights, X: (B, width))."""
+        a[n, t] X[n], for chunk c starting at sample `start` (a: (B, L) weights, X: (B, width)).
+        `work` (from `work_buffers`) avoids two allocations per chunk."""
         n = a.numel()
         order = self.order[start * L:start * L + n]
-        if self._rows is None or self._rows.numel() < n:                 # reused: no allocation per chunk
-            self._rows = torch.empty(n, dtype=order.dtype, device=order.device)
-            self._weights = torch.empty(n, dtype=a.dtype, device=a.device)
-        if self._weights.dtype != a.dtype:
-            self._weights = torch.empty(self._rows.numel(), dtype=a.dtype, device=a.device)
-        rows = torch.div(order, L, rounding_mode="floor", out=self._rows[:n])
-        weights = torch.index_select(a.reshape(-1), 0, order, out=self._weights[:n])
+        if work is None:
+            work = self.work_buffers(n, a.dtype)
+        rows = torch.div(order, L, rounding_mode="floor", out=work[0][:n])
+        weights = torch.index_select(a.reshape(-1), 0, order, out=work[1][:n])
         return Fn.embedding_bag(rows, X, self.offsets[c], mode="sum", per_sample_weights=weights)
 
     def scatter_informative(self, c: int, start: int, X: torch.Tensor, a_l: torch.Tensor) -> torch.Tensor:
@@ -166,21 +176,25 @@ class TokenIndex:
 
 
 def token_index(problem: Problem, batch: Batch, size: int) -> TokenIndex:
-    """The `TokenIndex` of `batch` for chunks of `size` samples, built once and kept on the batch."""
+    """The `TokenIndex` of `batch` for chunks of `size` samples, built once and kept on the batch
+    (rebuilt if the batch's tokens or positions were replaced or changed in place since)."""
     cached = batch._index
-    if isinstance(cached, TokenIndex) and cached.size == size and cached.order.numel() == batch.tokens.numel():
+    if isinstance(cached, TokenIndex) and cached.describes(problem, batch, size):
         return cached
     dev = batch.tokens.device
     V_in = problem.cfg.V_in
     order = torch.empty(batch.tokens.numel(), dtype=torch.int32, device=dev)
     inf_order = torch.empty(batch.N, dtype=torch.int32, device=dev)
+    informative = batch.tokens.gather(1, batch.pos[:, None])[:, 0].long()   # from the tokens, not a cache
     offsets, inf_offsets = [], []
     for start in range(0, batch.N, size):
         for ids, out, offs, at in ((batch.tokens[start:start + size].reshape(-1), order, offsets, start * batch.tokens.shape[1]),
-                                   (batch.informative[start:start + size], inf_order, inf_offsets, start)):
+                                   (informative[start:start + size], inf_order, inf_offsets, start)):
             out[at:at + ids.numel()] = torch.argsort(ids, stable=True)
             counts = torch.bincount(ids, minlength=V_in)
             offs.append(counts.cumsum(0) - counts)
-    index = TokenIndex(size, order, torch.stack(offsets).to(torch.int32), inf_order, torch.stack(inf_offsets).to(torch.int32))
+    index = TokenIndex(size, V_in, order, torch.stack(offsets).to(torch.int32), inf_order,
+                       torch.stack(inf_offsets).to(torch.int32),
+                       (batch.tokens, batch.pos, (batch.tokens._version, batch.pos._version)))
     batch._index = index
     return index

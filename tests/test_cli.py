@@ -1,4 +1,4 @@
-"""The command line contract of SPEC.md: flags reach TaskConfig / StepSizes and change results,
+"""The command line contract of the README: flags reach TaskConfig / StepSizes and change results,
 JSON keys and values agree with `lib.run`, errors exit 2 with one line naming the parameter."""
 import json
 import statistics

@@ -16,7 +16,7 @@ from conftest import small_cfg
 
 
 def formula_logits(problem, W_V, W_KQ, batch):
-    """SPEC's formulas, sample by sample in float64 numpy (independent of lib's forward passes)."""
+    """The book's formulas (chapter 3), sample by sample in float64 numpy (independent of lib's forward passes)."""
     cfg = problem.cfg
     E, U, z, q = (t.double().numpy() for t in (problem.E, problem.U, problem.z_trig, problem.z_eos))
     W_V, W_KQ = W_V.double().numpy(), W_KQ.double().numpy()
