@@ -63,7 +63,7 @@ def limit_floor(problem: lib.embeddings.Problem, batch: lib.Batch, repeat: int =
     bincount of the pair ids x*_n V_in + x_{n,t} into the V x V_in table; pass 2 an embedding_bag of
     the pair ids into a V x V_in float table (beta_n) and a bincount of the token ids weighted by it;
     pass 3 the scores, as the cheapest lookup we know (int16 ranks of the V_in scores) and their
-    row maximum (amax; the route needs the argmax, which is slower)."""
+    row maximum (amax), as the route reads them (`lib.counts.attended_groups`)."""
     cfg = problem.cfg
     idt = lib.counts.id_dtype(problem, batch)
     pairs = torch.add(batch.tokens.to(idt), batch.informative.to(idt)[:, None], alpha=cfg.V_in)

@@ -42,6 +42,11 @@ class Batch:
             self._informative = self.tokens.gather(1, self.pos[:, None])[:, 0].long()
         return self._informative
 
+    def slice_mask(self, mask: torch.Tensor) -> "Batch":
+        """The samples where `mask` (N,) is True."""
+        inf = None if self._informative is None else self._informative[mask]
+        return Batch(self.tokens[mask], self.pos[mask], self.labels[mask], inf)
+
     def slice(self, start: int, stop: int) -> "Batch":
         inf = None if self._informative is None else self._informative[start:stop]
         return Batch(self.tokens[start:stop], self.pos[start:stop], self.labels[start:stop], inf)

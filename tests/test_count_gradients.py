@@ -225,3 +225,30 @@ def test_table_route_keeps_the_saturated_attention_gradient_in_float32(tiv, eos)
         out[dtype] = lib.counts.count_gradients(problem, lib.Params(W_V, W_KQ), batch, tables=True)
     lo, hi = out["float32"], out["float64"]
     assert rel(lo.W_KQ.double(), hi.W_KQ) < 2e-5 and rel(lo.W_V.double(), hi.W_V) < 2e-5
+
+
+@pytest.mark.parametrize("eos,L", [(False, 5), (True, 5), (False, 1), (True, 1)])
+def test_attended_groups_from_ranks_equal_argmax_with_ties(eos, L):
+    """Hard attention's reading from score ranks (amax) equals argmax's first maximal position, also
+    when the trigger ties another position (integer scores and bonuses force exact ties), when EOS
+    ties or wins, and when scores repeat (the ranks are then refused)."""
+    cfg = small_cfg(V=6, d=5, L=L, eos_key=eos, noise_vocab=2)
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, 400, 0)
+    b = lib.Batch(batch.tokens, batch.pos, batch.labels)
+    g = torch.Generator().manual_seed(0)
+    distinct = torch.randperm(cfg.V_in, generator=g).double()
+    repeated = torch.randint(0, 3, (cfg.V_in,), generator=g).double()
+    n_tied = 0
+    for S in (distinct, repeated):
+        ranks = lib.counts.ScoreRanks(S)
+        assert ranks.ok == (S is distinct)
+        for bonus in (0.0, 1.0, 2.0, -1.0, 0.5):
+            for s_eos in (-100.0, float(S.max()) + bonus, float(S.max()) + 3.0):
+                bonus_t, eos_t = torch.tensor(bonus, dtype=S.dtype), torch.tensor(s_eos, dtype=S.dtype)
+                fast = lib.counts.attended_groups(problem, b, S, bonus_t, eos_t, ranks)
+                slow = lib.counts.attended_groups(problem, b, S, bonus_t, eos_t, None)
+                assert torch.equal(fast, slow)
+                n_tied += int((S[b.informative] + bonus == S[b.tokens.long()].masked_fill(
+                    torch.nn.functional.one_hot(b.pos, L).bool(), -1e9).amax(1)).sum()) if L > 1 else 0
+    assert L == 1 or n_tied > 0                                           # the tie branch was exercised
