@@ -252,3 +252,15 @@ def test_attended_groups_from_ranks_equal_argmax_with_ties(eos, L):
                 n_tied += int((S[b.informative] + bonus == S[b.tokens.long()].masked_fill(
                     torch.nn.functional.one_hot(b.pos, L).bool(), -1e9).amax(1)).sum()) if L > 1 else 0
     assert L == 1 or n_tied > 0                                           # the tie branch was exercised
+
+
+@pytest.mark.parametrize("n", [7, 2 ** 15 + 5])
+def test_score_ranks_invert_the_order(n):
+    """rank[order[r]] = r for every rank r, also past 2^15 scores (an int16 rank would wrap there)."""
+    g = torch.Generator().manual_seed(n)
+    S = torch.randn(n, generator=g, dtype=torch.float64)
+    ranks = lib.counts.ScoreRanks(S)
+    assert ranks.ok and torch.equal(ranks.rank[ranks.order].long(), torch.arange(n))
+    assert torch.equal(S[ranks.order], S.sort().values)
+    assert not lib.counts.ScoreRanks(torch.tensor([1.0, 2.0, 1.0])).ok
+    assert not lib.counts.ScoreRanks(torch.tensor([1.0, float("nan"), 0.0])).ok
