@@ -18,30 +18,19 @@ Usage: python bench/bench_three_steps.py [--N 1000000] [--repeat 5] [--repeat-fi
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 import lib
 
-from primitives import limit_floor, table_step_floor
+from primitives import limit_floor, table_step_floor, timed
 
 BEFORE = "d802529"
 STEPS = dict(eta=0.01, gamma_W=1e8, gamma_V=1e3)     # explicit, so both versions take the same step
-
-
-def median_time(fn, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
 
 
 CHILD = """
@@ -105,14 +94,14 @@ def main():
     problem = lib.make_problem(cfg, 0)
     batch = lib.sample_batch(problem, a.N, 0)
     flat = batch.tokens.reshape(-1)
-    t_floor, _ = median_time(lambda: torch.bincount(flat, minlength=cfg.V_in), a.repeat)
-    t_lim, _ = median_time(lambda: lib.three_steps(problem, batch, "limit"), a.repeat)
+    t_floor, _ = timed(lambda: torch.bincount(flat, minlength=cfg.V_in), a.repeat)
+    t_lim, _ = timed(lambda: lib.three_steps(problem, batch, "limit"), a.repeat)
     print(f"floor (bincount) {t_floor:.3f} s | limit {t_lim:.3f} s = {t_lim / t_floor:.1f}x the floor "
           f"(medians of {a.repeat})", flush=True)
     prim = limit_floor(problem, batch)
     print("limit primitives: " + ", ".join(f"{k} {v:.3f} s" for k, v in prim.items())
           + f" = {prim['sum'] / t_floor:.1f}x the floor (the least these three passes cost with torch's own primitives)", flush=True)
-    t_fin, fin = median_time(lambda: lib.three_steps(problem, batch, "finite",
+    t_fin, fin = timed(lambda: lib.three_steps(problem, batch, "finite",
                                                      step_sizes=lib.StepSizes(**STEPS)), a.repeat_finite)
     old = before_finite(problem, batch, a.repeat_finite)
     diff = float((fin.V2 - old["V2"]).norm() / old["V2"].norm())

@@ -4,8 +4,8 @@ measured in the same run, and a long Adam run.
   floor    : one torch.bincount over the same N L token ids;
   autograd : one step of the reference trainer `lib.trainer.train_transformer` (torch autograd through
              the token-id forward pass, chunked, same N, same parameters), loss + both gradients;
-  count    : one step of `lib.train` (closed-form count-route gradients, `lib.counts.count_gradients`,
-             plus the Adam update), median over --repeat steps; at L <= d it takes the logit-table
+  count    : one full-batch gradient of the count route (`lib.counts.count_gradients`, what each step of
+             `lib.train` computes; its Adam update is O(d^2)), median of --repeat; at L <= d it takes the logit-table
              route (`lib.counts.table_gradients`), whose batch index is built once (timed apart);
   features : the count route's feature route (`count_gradients(..., tables=False)`: O((V + V_in + d) d)
              GEMMs per sample), the route chapter 10 was first written on;
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import statistics
 import sys
 import time
 
@@ -34,7 +33,7 @@ from lib.counts import count_gradients, table_chunk_size
 from lib.tokens import token_index
 from lib.trainer import TrainConfig, train, train_transformer
 
-from primitives import table_step_floor
+from primitives import median_time, table_step_floor
 
 
 def peak_mib() -> float:
@@ -64,27 +63,21 @@ def main() -> None:
     start = lib.three_steps(problem, batch, "finite").params
     print(f"three steps (finite, start point): {time.perf_counter() - t:.2f} s", flush=True)
     ids = batch.tokens.reshape(-1)
-    floor = statistics.median(_time(lambda: torch.bincount(ids, minlength=cfg.V_in)) for _ in range(5))
+    floor = median_time(lambda: torch.bincount(ids, minlength=cfg.V_in), 5)
     before = peak_mib()
     fresh = lib.Batch(batch.tokens, batch.pos, batch.labels)      # the same samples, no index kept yet
     t = time.perf_counter()
     token_index(problem, fresh, table_chunk_size(problem))
     t_index = time.perf_counter() - t
     del fresh
-    times = []
-    p = start
-    for _ in range(a.repeat):             # one Adam step = one count-route gradient + the update
-        t = time.perf_counter()
-        p, _ = train(problem, batch, optimizer="adam", steps=1, lr=a.lr, init=p, n_test=0, record_every=10)
-        times.append((time.perf_counter() - t) / 2)      # steps=1 evaluates the gradient twice
-    count = statistics.median(times)
+    count = median_time(lambda: count_gradients(problem, start, batch), a.repeat)   # the update itself is O(d^2)
     peak_count = peak_mib()
     print(f"floor    torch.bincount over {ids.numel()} ids: {floor:.4f} s", flush=True)
-    print(f"count    one full-batch step (median of {a.repeat}): {count:.3f} s  = {count / floor:.0f} x floor", flush=True)
+    print(f"count    one full-batch gradient (median of {a.repeat}): {count:.3f} s  = {count / floor:.0f} x floor", flush=True)
     print(f"         (route: {'logit tables' if lib.counts.uses_tables(problem, start) else 'features'}; "
           f"its batch index, built once before the steps: {t_index:.3f} s)", flush=True)
     print(f"peak RSS after the count-route steps: {peak_count:.0f} MiB (before them: {before:.0f} MiB)", flush=True)
-    feat = statistics.median(_time(lambda: count_gradients(problem, start, batch, tables=False)) for _ in range(a.repeat))
+    feat = median_time(lambda: count_gradients(problem, start, batch, tables=False), a.repeat)
     print(f"features one gradient on the feature route (median of {a.repeat}): {feat:.3f} s "
           f"= {feat / count:.1f} x the count-route step", flush=True)
     prim = table_step_floor(problem, batch)
@@ -93,12 +86,8 @@ def main() -> None:
     if a.autograd:
         warm = lib.sample_batch(problem, 2048, 1)        # autograd's one-time start-up cost is not a step
         train_transformer(problem, warm, TrainConfig(steps=0, lr=a.lr, optimizer="adam"), init=start)
-        ts = []
-        for _ in range(a.autograd):
-            t = time.perf_counter()
-            train_transformer(problem, batch, TrainConfig(steps=0, lr=a.lr, optimizer="adam"), init=start)
-            ts.append(time.perf_counter() - t)
-        auto = statistics.median(ts)
+        auto = median_time(lambda: train_transformer(problem, batch, TrainConfig(steps=0, lr=a.lr, optimizer="adam"),
+                                                     init=start), a.autograd)
         print(f"autograd one full-batch step (chunk 8192, median of {a.autograd}): {auto:.3f} s  "
               f"= {auto / count:.1f} x the count-route step; {auto / prim['sum']:.1f} x the primitives' sum "
               "(the most any table route without fused kernels could reach)", flush=True)
@@ -118,12 +107,6 @@ def main() -> None:
             print("  step {:4d} loss {:.4f} train acc {:.4f} test acc {:.4f} att acc {:.4f} entropy {:.3f}".format(*row),
                   flush=True)
     sys.stdout.flush()
-
-
-def _time(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 
 if __name__ == "__main__":

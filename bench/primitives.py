@@ -15,13 +15,18 @@ from lib.counts import table_chunk_size
 from lib.tokens import token_index
 
 
-def median_time(fn, repeat: int = 3) -> float:
-    times = []
+def timed(fn, repeat: int = 3):
+    """(median of `repeat` wall times of fn() in seconds, the last call's result): the one timer of bench/."""
+    times, out = [], None
     for _ in range(repeat):
         t = time.perf_counter()
-        fn()
+        out = fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(times), out
+
+
+def median_time(fn, repeat: int = 3) -> float:
+    return timed(fn, repeat)[0]
 
 
 def table_step_floor(problem: lib.embeddings.Problem, batch: lib.Batch, repeat: int = 3) -> dict:

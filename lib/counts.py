@@ -76,7 +76,8 @@ def count_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
     """The generic step. `need_V` / `need_W` skip a gradient that is not needed (it is returned as
     zeros); `uniform_error=True` freezes the output error at u_bar - u_y (loss reported: log V).
     `tables`: take the logit-table route (True), the feature route (False), or choose (None,
-    `uses_tables`); both compute the same numbers (tests/test_count_gradients.py)."""
+    `uses_tables`); both compute the same numbers (tests/test_count_gradients.py). The frozen output
+    error (`uniform_error`, the limit mode's steps) has no table form: it always takes the feature route."""
     if tables is None:
         tables = uses_tables(problem, params)
     if tables and not uniform_error:
@@ -313,6 +314,15 @@ def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES)
     return A_T.view(cfg.V, cfg.V_in).T.to(dt), n
 
 
+def step1_from_counts(problem: Problem, batch: Batch):
+    """Step 1 of the attention-only model from the count table (at zero parameters the logits vanish):
+    (G1, A, n, dU) with G1 = (U_Pi - u_bar)^T (A^T E + n s^T) / (N K) and dU = U_Pi - u_bar (V, d)."""
+    A, n = count_tables(problem, batch)
+    dU = problem.U_perm - problem.u_bar
+    G1 = dU.T @ (A.T @ problem.E + n[:, None] * value_offset(problem)) / (batch.N * problem.cfg.n_keys)
+    return G1, A, n, dU
+
+
 class ScoreRanks:
     """The ranks of the V_in token scores S, when they are distinct and finite (else `ok` is False):
     the largest score among a sample's positions is then the largest rank, an integer `amax`
@@ -373,10 +383,8 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     buf = torch.empty(min(size, N), L, dtype=idt, device=dev)
 
     # step 1 (pass 1): G1 from the count table
-    A, n = count_tables(problem, batch)
-    dU = problem.U_perm - problem.u_bar                                # (V, d): u_{Pi i} - u_bar
+    G1, A, n, dU = step1_from_counts(problem, batch)
     s = value_offset(problem)
-    G1 = dU.T @ (A.T @ E + n[:, None] * s) / (N * K)                   # (d, d)
     if K == 1:                # one key: attention is constant, the W_KQ gradient exactly zero
         k = torch.zeros_like(z)
     else:
@@ -427,12 +435,8 @@ def finite_attn(problem: Problem, batch: Batch, eta: float, gamma_W: float | Non
     Step 1 (at zero parameters the logits vanish) comes from the count table A, as in `limit_attn`;
     steps 2 and 3 are the generic step at (V1, 0) and (V1, W1), on the logit-table route when it is
     the faster one (`uses_tables`), both through one `TokenIndex` of the batch."""
-    cfg = problem.cfg
-    N, K = batch.N, cfg.n_keys
-    E, q = problem.E, problem.z_eos
-    A, n = count_tables(problem, batch)
-    dU = problem.U_perm - problem.u_bar
-    G1 = dU.T @ (A.T @ E + n[:, None] * value_offset(problem)) / (N * K)          # step 1
+    q = problem.z_eos
+    G1 = step1_from_counts(problem, batch)[0]                                       # step 1
     V1 = eta * G1
     grad_W = count_gradients(problem, Params(V1, torch.zeros_like(V1)), batch, need_V=False).W_KQ   # step 2
     if gamma_W is None:

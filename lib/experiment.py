@@ -66,7 +66,7 @@ def run(cfg: TaskConfig, N: int, *, mode: str = "limit", seeds: int = 3, seed: i
             res = three_steps(problem, batch, mode, step_sizes=step_sizes)
             gamma_W = res.gamma_W
         else:
-            res, _ = train_with(problem, batch, training, n_test=0)
+            res, _ = train_with(problem, batch, training, step_sizes, n_test=0)
             gamma_W = None                     # no W step size: the trained model
         acc = evaluate(problem, res, n_test, s).as_dict()
         for k in METRICS:

@@ -52,12 +52,13 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .config import check_bool, check_choice, check_float, check_int
+from .embeddings import draw_vectors
 from .models import activation as _activation
 from .search import threshold_search
 from .seed import generator
-from .store import append_line, canonical, library_version, read_records, record_text
+from .task import SAMPLE_BLOCK            # samples per random block: nested in N, as lib.task
+from .store import append_line, canonical, check_store_path, library_version, read_records, record_text
 
-SAMPLE_BLOCK = 4096          # samples per random block (nested in N, as lib.task)
 TABLES = ("random", "balanced")
 EMBEDDINGS = ("random", "orthogonal")
 OPTIMIZERS = ("adam", "sgd")
@@ -246,7 +247,7 @@ def embeddings(n: int, d: int, kind: str, g: torch.Generator, dtype=torch.float3
     """(n, d): rows i.i.d. N(0, I/d) ("random") or orthonormal ("orthogonal", needs d >= n)."""
     check_choice("embeddings", kind, EMBEDDINGS)
     if kind == "random":
-        return (torch.randn(n, d, generator=g, dtype=torch.float64) / math.sqrt(d)).to(dtype)
+        return draw_vectors(n, d, "gaussian", g).to(dtype)           # chapter 1's Gaussian embeddings
     if d < n:
         raise ValueError(f"d must be >= {n} for orthogonal embeddings, got d={d}")
     q, _ = torch.linalg.qr(torch.randn(d, n, generator=g, dtype=torch.float64))
@@ -326,8 +327,7 @@ class LinearAttention(torch.nn.Module):
             wte = torch.eye(task.vocab, d, dtype=dtype)
         else:
             d = check_int("d", d if d is not None else task.vocab, 1)
-            w = torch.randn(task.vocab, d, generator=generator(seed, "factual", "embed"), dtype=torch.float64)
-            wte = (w / w.norm(dim=1, keepdim=True)).to(dtype)
+            wte = draw_vectors(task.vocab, d, "sphere", generator(seed, "factual", "embed")).to(dtype)
         self.register_buffer("wte", wte)
         self.A = torch.nn.Parameter(torch.full((d, d), init, dtype=dtype))
         self.W = torch.nn.Parameter(torch.full((d, task.n_answers), init, dtype=dtype))
@@ -487,6 +487,15 @@ def plateau(hist: History, kl_max: float = 0.1, acc_max: float = 0.5) -> dict:
 
 # ------------------------------------------------------------------------------ capacity, with a cache
 
+POINT_KEY = ("task", "model", "train", "kind", "version")
+POINT_RESULT = ("step", "loss", "acc", "rel_acc", "sub_acc", "kl", "max_acc", "params", "seconds")
+
+
+def _fact_shape(key: dict, result: dict) -> bool:
+    """A trained point of `trained_point`: its key fields and its result fields, nothing else."""
+    return set(key) == set(POINT_KEY) and set(result) == set(POINT_RESULT)
+
+
 class FactStore:
     """Trained points, keyed by everything that fixes their numbers. The record format, reader and
     appender of lib.store (`record_text`, `read_records`, `append_line`: one checksummed line per
@@ -494,13 +503,11 @@ class FactStore:
     `path=None`: memory only."""
 
     def __init__(self, path: str | None = None):
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise ValueError(f"cache must be a file path or None, got {path!r}")
-        self.path = os.fspath(path) if path is not None else None
+        self.path = check_store_path(path)
         self.data: dict[str, dict] = {}
-        self.computed = 0                      # points trained (not found) since construction
+        self.computed = 0                      # points put (trained, not found) since construction
         if self.path is not None and os.path.exists(self.path):
-            for key, result in read_records(self.path)[0]:
+            for key, result in read_records(self.path, _fact_shape)[0]:
                 self.data[canonical(key)] = result
 
     def get(self, key: dict):
@@ -508,6 +515,7 @@ class FactStore:
 
     def put(self, key: dict, result: dict) -> None:
         self.data[canonical(key)] = result
+        self.computed += 1
         if self.path is not None:
             append_line(self.path, record_text(key, result))
 
@@ -528,7 +536,6 @@ def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: TrainCo
     out = {**hist.final(), "max_acc": max(hist.acc), "params": param_counts(model)["trainable"],
            "seconds": hist.seconds}
     if store is not None:
-        store.computed += 1
         store.put(key, out)
     return out
 

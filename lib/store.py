@@ -182,6 +182,20 @@ def _check_line(line: bytes, shape):
     return key, result
 
 
+def check_store_path(path) -> str | None:
+    """A store's file path (None: memory only): a path of a file in an existing folder, else a
+    ValueError naming the cache. Used by `Store` and `lib.factual.FactStore`."""
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"cache must be a file path or None, got {path!r}")
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(folder):
+        raise ValueError(f"cache must be a file in an existing folder, got {path!r}")
+    return path
+
+
 def _point_shape(key: dict, result: dict) -> bool:
     """An evaluated point: a RunResult at the key's N."""
     return set(result) == set(RESULT_FIELDS) and isinstance(key.get("N"), int) and key["N"] == result["N"]
@@ -199,13 +213,7 @@ class Store:
     """
 
     def __init__(self, path: str | None = None, *, _data: dict | None = None):
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise ValueError(f"cache must be a file path or None, got {path!r}")
-        self.path = os.fspath(path) if path is not None else None
-        if self.path is not None:
-            folder = os.path.dirname(os.path.abspath(self.path))
-            if os.path.isdir(self.path) or not os.path.isdir(folder):
-                raise ValueError(f"cache must be a file in an existing folder, got {self.path!r}")
+        self.path = check_store_path(path)
         self.data: dict[str, dict[int, dict]] = {}       # canonical(prefix) -> {N: result dict}
         self.bad_lines: list[int] = []                    # 1-based line numbers rejected at load
         if _data is not None:

@@ -4,9 +4,9 @@ The three steps are an early-stage analysis; this module is what they are compar
 the attention-only or attention + MLP transformer (`train_transformer`) on one fixed batch, on the
 empirical cross-entropy, with torch autograd through the token-id forward pass of `lib.tokens`
 (chunked, gradients accumulated, so memory stays bounded). It is the independent reference for the
-closed-form count-route step: `gd_counts` runs the same full-batch gradient descent with
-`lib.counts.gradients` (a thin wrapper of `train` below), and tests/test_count_gradients.py binds the
-two (float64, relative 1e-10).
+closed-form count-route step: `train` below runs full-batch GD or Adam on `lib.counts.count_gradients`
+(`gd_counts` is its gradient-descent form), and tests/test_train.py and tests/test_count_gradients.py
+bind the two (float64, relative 1e-10).
 The loop itself (`TrainConfig`, `History`) lives in `lib.optim`; linear associative memories are
 trained by `lib.memory.train_memory` (re-exported here).
 
@@ -43,7 +43,7 @@ from .optim import OPTIMIZERS, History, TrainConfig, fit
 from .schedule import three_steps
 from .steps import StepSizes, ThreeSteps
 from .task import Batch, check_batch, sample_batch
-from .tokens import chunk_size, chunks, forward_chunk, position_scores
+from .tokens import chunk_size, chunks, forward_chunk
 
 __all__ = ["OPTIMIZERS", "History", "TrainConfig", "train_memory", "train_transformer", "gd_counts",
            "TrainSpec", "TrainRecord", "train", "train_with", "check_training", "attention_summary", "INITS"]
@@ -103,7 +103,8 @@ def gd_counts(problem: Problem, batch: Batch, steps: int, lr: float, lr_KQ: floa
 @dataclass(frozen=True)
 class TrainSpec:
     """One training recipe: optimizer, steps, learning rates, start ("zero" or "three_steps": the
-    finite-mode three steps with default `StepSizes`). Part of the store key of trained points."""
+    finite-mode three steps, with the step sizes `train_with` is given, by default `StepSizes()`).
+    Part of the store key of trained points, beside those step sizes."""
 
     optimizer: str = "adam"
     steps: int = 200
@@ -131,9 +132,6 @@ class TrainRecord:
     att_acc: list = field(default_factory=list)    # attention argmax on the informative position (test)
     entropy: list = field(default_factory=list)    # mean attention entropy in nats (test)
     seconds: float = 0.0                           # wall time of the whole run, records included
-
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("step", "loss", "acc", "test_acc", "att_acc", "entropy", "seconds")}
 
 
 def attention_summary(problem: Problem, params: Params, batch: Batch) -> dict:
@@ -252,9 +250,15 @@ def check_training(training, mode: str) -> None:
         raise ValueError(f"mode must be 'finite' with training (soft attention is trained), got {mode!r}")
 
 
-def train_with(problem: Problem, batch: Batch, spec: TrainSpec, **kw) -> tuple[Params, TrainRecord]:
-    """`train` with the recipe of a `TrainSpec` (extra keywords: record_every, n_test, progress, ...)."""
+def train_with(problem: Problem, batch: Batch, spec: TrainSpec, step_sizes: StepSizes = StepSizes(),
+               **kw) -> tuple[Params, TrainRecord]:
+    """`train` with the recipe of a `TrainSpec` (extra keywords: record_every, n_test, progress, ...).
+    A recipe starting from "three_steps" starts from the finite mode with `step_sizes`, so that the
+    step sizes in a trained point's store key are the ones that made it."""
     if not isinstance(spec, TrainSpec):
         raise ValueError(f"spec must be a TrainSpec, got {type(spec).__name__}")
+    if not isinstance(step_sizes, StepSizes):
+        raise ValueError(f"step_sizes must be a StepSizes, got {type(step_sizes).__name__}")
+    init = three_steps(problem, batch, "finite", step_sizes=step_sizes) if spec.init == "three_steps" else spec.init
     return train(problem, batch, optimizer=spec.optimizer, steps=spec.steps, lr=spec.lr, lr_KQ=spec.lr_KQ,
-                 init=spec.init, **kw)
+                 init=init, **kw)

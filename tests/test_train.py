@@ -104,3 +104,18 @@ def test_trained_sweep_is_cached_and_keyed_apart(tmp_path):
         lib.sweep.sweep(cfgs, training=spec, **{**kw, "mode": "limit"})
     with pytest.raises(ValueError, match="training"):
         lib.capacity.nstar(cfgs[0], training={"steps": 3}, mode="finite")
+
+
+def test_trained_points_start_from_the_runs_step_sizes():
+    """A recipe starting from the three steps starts from them with run's step sizes (which are in the
+    point's store key): other step sizes give another point, the default ones the same point."""
+    cfg = lib.TaskConfig(V=16, d=16, L=4, device="cpu")
+    spec = TrainSpec(optimizer="adam", steps=5, lr=0.01, init="three_steps")
+    base = lib.run(cfg, 256, mode="finite", seeds=1, training=spec)
+    same = lib.run(cfg, 256, mode="finite", seeds=1, training=spec, step_sizes=lib.StepSizes())
+    other = lib.run(cfg, 256, mode="finite", seeds=1, training=spec, step_sizes=lib.StepSizes(eta=5.0, attn_scale=1.0))
+    assert same.per_seed == base.per_seed and other.per_seed["acc"] != base.per_seed["acc"]
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, 64, 0)
+    with pytest.raises(ValueError, match="step_sizes"):
+        lib.trainer.train_with(problem, batch, spec, step_sizes={"eta": 1.0})
