@@ -8,6 +8,8 @@
             limit mode the cheapest form of its three passes' bincounts, bag, lookup and row maximum,
             each in one call over all ids; for the finite mode two logit-table steps (forward bag,
             softmax, reverse bag) -- what a route without fused kernels cannot beat.
+  native  : both modes run on lib.native's fused C loops when they load (the default), and again
+            on torch primitives only (lib.native.disabled()), both printed.
 Prints medians (floor and limit: of --repeat runs; finite: of --repeat-finite runs), the ratios
 limit / floor and finite before / after, the same ratios for the primitives alone, the relative
 difference of the finite V2 against "before", and the peak resident memory of a fresh process
@@ -95,19 +97,28 @@ def main():
     batch = lib.sample_batch(problem, a.N, 0)
     flat = batch.tokens.reshape(-1)
     t_floor, _ = timed(lambda: torch.bincount(flat, minlength=cfg.V_in), a.repeat)
+    print(f"lib.native (fused C loops): {'on' if lib.native.available() else 'OFF (no C compiler, or RECALL_NATIVE=0)'}",
+          flush=True)
     t_lim, _ = timed(lambda: lib.three_steps(problem, batch, "limit"), a.repeat)
+    with lib.native.disabled():
+        t_lim_torch, _ = timed(lambda: lib.three_steps(problem, batch, "limit"), a.repeat)
     print(f"floor (bincount) {t_floor:.3f} s | limit {t_lim:.3f} s = {t_lim / t_floor:.1f}x the floor "
-          f"(medians of {a.repeat})", flush=True)
+          f"(medians of {a.repeat}) | the same route on torch primitives only {t_lim_torch:.3f} s = "
+          f"{t_lim_torch / t_floor:.1f}x", flush=True)
     prim = limit_floor(problem, batch)
     print("limit primitives: " + ", ".join(f"{k} {v:.3f} s" for k, v in prim.items())
           + f" = {prim['sum'] / t_floor:.1f}x the floor (the least these three passes cost with torch's own primitives)", flush=True)
     t_fin, fin = timed(lambda: lib.three_steps(problem, batch, "finite",
                                                      step_sizes=lib.StepSizes(**STEPS)), a.repeat_finite)
+    with lib.native.disabled():
+        t_fin_torch, _ = timed(lambda: lib.three_steps(problem, batch, "finite",
+                                                       step_sizes=lib.StepSizes(**STEPS)), a.repeat_finite)
     old = before_finite(problem, batch, a.repeat_finite)
     diff = float((fin.V2 - old["V2"]).norm() / old["V2"].norm())
     print(f"finite: before ({BEFORE}) {old['t']:.2f} s | after {t_fin:.2f} s = {old['t'] / t_fin:.2f}x faster "
-          f"(V2 relative difference {diff:.1e}); limit before {old['t_lim']:.2f} s = "
-          f"{old['t_lim'] / t_lim:.2f}x faster now", flush=True)
+          f"(V2 relative difference {diff:.1e}; on torch primitives only {t_fin_torch:.2f} s = "
+          f"{old['t'] / t_fin_torch:.2f}x); limit before {old['t_lim']:.2f} s = {old['t_lim'] / t_lim:.2f}x faster now",
+          flush=True)
     step = table_step_floor(problem, batch)
     print(f"finite primitives: two table steps (forward bag {step['forward bag']:.2f} s, softmax {step['softmax']:.2f} s, "
           f"reverse bag {step['reverse bag']:.2f} s, each) = {2 * step['sum']:.2f} s: before / primitives = "

@@ -11,6 +11,8 @@ measured in the same run, and a long Adam run.
              GEMMs per sample), the route chapter 10 was first written on;
   primitives: one pass of each torch primitive of the table route (bench/primitives.py), the most
              this route can gain without a fused kernel.
+  native   : the count step runs on lib.native's fused C loops when they load (the default), and is
+             timed again on torch primitives only (lib.native.disabled()).
 The parameters are the finite-mode three-step solution (a generic point, not zero). Prints the
 times, the ratios count / floor and autograd / count, the peak resident memory of this process
 after the count-route steps (before autograd has run: the batch plus the count route's chunk
@@ -70,12 +72,18 @@ def main() -> None:
     token_index(problem, fresh, table_chunk_size(problem))
     t_index = time.perf_counter() - t
     del fresh
+    print(f"lib.native (fused C loops): {'on' if lib.native.available() else 'OFF (no C compiler, or RECALL_NATIVE=0)'}",
+          flush=True)
     count = median_time(lambda: count_gradients(problem, start, batch), a.repeat)   # the update itself is O(d^2)
+    with lib.native.disabled():
+        count_torch = median_time(lambda: count_gradients(problem, start, batch), a.repeat)
     peak_count = peak_mib()
     print(f"floor    torch.bincount over {ids.numel()} ids: {floor:.4f} s", flush=True)
     print(f"count    one full-batch gradient (median of {a.repeat}): {count:.3f} s  = {count / floor:.0f} x floor", flush=True)
     print(f"         (route: {'logit tables' if lib.counts.uses_tables(problem, start) else 'features'}; "
           f"its batch index, built once before the steps: {t_index:.3f} s)", flush=True)
+    print(f"         the same route on torch primitives only (lib.native off): {count_torch:.3f} s "
+          f"= {count_torch / count:.2f} x the step with the C loops", flush=True)
     print(f"peak RSS after the count-route steps: {peak_count:.0f} MiB (before them: {before:.0f} MiB)", flush=True)
     feat = median_time(lambda: count_gradients(problem, start, batch, tables=False), a.repeat)
     print(f"features one gradient on the feature route (median of {a.repeat}): {feat:.3f} s "
@@ -89,8 +97,9 @@ def main() -> None:
         auto = median_time(lambda: train_transformer(problem, batch, TrainConfig(steps=0, lr=a.lr, optimizer="adam"),
                                                      init=start), a.autograd)
         print(f"autograd one full-batch step (chunk 8192, median of {a.autograd}): {auto:.3f} s  "
-              f"= {auto / count:.1f} x the count-route step; {auto / prim['sum']:.1f} x the primitives' sum "
-              "(the most any table route without fused kernels could reach)", flush=True)
+              f"= {auto / count:.1f} x the count-route step ({auto / count_torch:.1f} x on torch primitives only; "
+              f"{auto / prim['sum']:.1f} x the primitives' sum, the most a route without fused kernels could reach)",
+              flush=True)
         print(f"peak RSS after autograd: {peak_mib():.0f} MiB", flush=True)
     if a.long:
         t = time.perf_counter()

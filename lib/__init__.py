@@ -2,6 +2,7 @@
 
 Modules, one concept each, listed bottom-up (each imports only modules above it in this list;
 chapter in brackets):
+  native       optional fused C loops (lib/native.c, compiled on first use) for the count routes [7, 10]
   featuremaps  the models as registered feature maps (phi, vjp, width); activations; MLP input  [3, 8]
   config       TaskConfig and argument validation                                              [all]
   seed         the one seed helper: named, explicit torch.Generators                           [all]
@@ -44,15 +45,16 @@ from .schedule import three_steps
 from .evaluate import N_TEST, Accuracy, evaluate, predict
 from .experiment import RunResult, run
 from .trainer import TrainSpec, train
-from . import (capacity, construct, counts, decompose, factual, featuremaps, lowerbound, margins, memory, plotting,  # noqa: F401
-               search, store, sweep, theory, tokens, trainer)
+from . import (capacity, construct, counts, decompose, factual, featuremaps, lowerbound, margins, memory, native,  # noqa: F401
+               plotting, search, store, sweep, theory, tokens, trainer)
 
 __all__ = [
     "TaskConfig", "default_device", "derive_seed", "generator", "seed_everything", "Problem",
     "make_problem", "Batch", "keys_values", "sample_batch", "Params", "activation", "cross_entropy",
     "features", "forward", "loss", "zero_params", "Gradients", "autograd_gradients", "gradients",
     "StepSizes", "ThreeSteps", "three_steps", "N_TEST", "Accuracy", "evaluate", "predict", "RunResult", "run", "TrainSpec", "train",
-    "capacity", "construct", "counts", "decompose", "factual", "featuremaps", "lowerbound", "margins", "memory", "plotting", "search", "store",
+    "capacity", "construct", "counts", "decompose", "factual", "featuremaps", "lowerbound", "margins", "memory", "native",
+    "plotting", "search", "store",
     "sweep", "theory", "tokens",
     "trainer",
 ]

@@ -41,6 +41,7 @@ import math
 import torch
 import torch.nn.functional as Fn
 
+from . import native
 from .embeddings import Problem
 from .gradients import Gradients, output_error
 from .models import Params, check_params
@@ -208,42 +209,68 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
     ds_tokens = torch.zeros(cfg.V_in, dtype=dt, device=dev)
     ds_trig, ds_eos, loss = E.new_zeros(()), E.new_zeros(()), E.new_zeros(())
     correct = 0
-    err_buf = torch.empty(min(size, N), V, dtype=dt, device=dev)
-    rows_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W else None
-    xi_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W else None
+    s_tab = E @ w                                                      # (V_in,) token scores, once
+    fused = native.usable(batch.tokens, T)                             # the C loops of lib.native
+    if fused:                                                          # rows off 4 KiB strides: see native.padded
+        T_rows, err_buf = native.padded(cfg.V_in, V, dt).copy_(T), native.padded(min(size, N), V, dt)
+    else:
+        err_buf = torch.empty(min(size, N), V, dtype=dt, device=dev)
+    rows_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W and not fused else None
+    xi_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W or fused else None
+    r_buf = torch.empty(3, min(size, N), dtype=dt, device=dev) if fused else None
+    sums = torch.zeros(2, V, dtype=dt, device=dev) if fused else None     # the C loop's sum_n a err_n (trigger, EOS)
     plain_buf = torch.empty(min(size, N), L, dtype=dt, device=dev) if need_W else None
     work = index.work_buffers(min(size, N) * L, dt)
     for c, (start, b) in enumerate(zip(range(0, N, size), chunks(batch, size, widen=False))):
-        a = torch.softmax(position_scores(problem, b, w), 1)          # (B, K)
+        a = torch.softmax(position_scores(problem, b, w, s_tab), 1)   # (B, K)
         a_tok = a[:, :L].contiguous()
         a_l = a.gather(1, b.pos[:, None])[:, 0]                        # (B,)
         a_eos = a[:, L] if cfg.eos_key else None
         # with the attention gradient, the trigger's position is kept apart: xi = xi_rest + a_l T_l
         a_bag = plain_buf[:b.N].copy_(a_tok).scatter_(1, b.pos[:, None], 0.0) if need_W else a_tok
-        xi = Fn.embedding_bag(b.tokens, T, mode="sum", per_sample_weights=a_bag)
+        if fused:
+            xi = native.forward_bag(b.tokens, a_bag, T_rows, xi_buf[:b.N])
+        else:
+            xi = Fn.embedding_bag(b.tokens, T, mode="sum", per_sample_weights=a_bag)
         if cfg.eos_key:
             xi.addr_(a_eos, xi_q)
+        if fused:                                                      # one C loop over each row
+            xi_rest = xi                                               # logits of every key but l (if need_W)
+            err, r_rest, r_l = err_buf[:b.N], r_buf[0, :b.N], r_buf[1, :b.N]
+            r_q = r_buf[2, :b.N] if cfg.eos_key and need_W else None   # err_n . xi_q
+            loss_c, n_hit = native.softmax_rows(xi_rest, T_rows, b.informative, a_l.contiguous(), xi_z, need_W, tiv,
+                                                b.labels, need_W, err, r_rest, r_l, a_eos=a_eos, xi_q=xi_q if
+                                                r_q is not None else None, sums=sums if need_V else None, r_q=r_q)
+            loss, correct = loss + loss_c, correct + n_hit
+        else:
+            if need_W:
+                xi_rest = xi                                           # logits of every key but l
+                T_l = torch.index_select(T, 0, b.informative, out=rows_buf[:b.N])   # logits of v_l:
+                if tiv:
+                    T_l += xi_z                                        # T[x*_n] (+ tiv M z_trig)
+                xi = torch.addcmul(xi_rest, a_l[:, None], T_l, out=xi_buf[:b.N])
+            elif tiv:
+                xi.addr_(a_l, xi_z)
+            lab = b.labels[:, None]
+            xi_y = xi.gather(1, lab)[:, 0]
+            n_hit, row_max = hits_and_max(xi, xi_y, b.labels)
+            correct += n_hit
+            err = torch.softmax(xi, 1, out=err_buf[:b.N])              # reused buffers: fewer page faults
+            loss = loss + cross_entropy_of(row_max, xi_y, err)
+            err.scatter_add_(1, lab, torch.full_like(lab, -1.0, dtype=dt))   # softmax - e_y
+            if need_W:
+                r_rest = xi_rest.mul_(err).sum(1)                      # err_n . xi_rest,n (xi_rest is spent)
+                r_l = T_l.mul_(err).sum(1)                             # r_n . v_{n,l}
+        if fused:                                                      # every position (but l, if need_W)
+            native.reverse_bag(index.order[start * L:(start + b.N) * L], index.offsets[c], a_bag, err, P, work)
+        else:
+            P += index.scatter_rows(c, start, L, err, a_bag, work)
         if need_W:
-            xi_rest = xi                                               # logits of every key but l
-            T_l = torch.index_select(T, 0, b.informative, out=rows_buf[:b.N])   # logits of v_l:
-            if tiv:
-                T_l += xi_z                                            # T[x*_n] (+ tiv M z_trig)
-            xi = torch.addcmul(xi_rest, a_l[:, None], T_l, out=xi_buf[:b.N])
-        elif tiv:
-            xi.addr_(a_l, xi_z)
-        lab = b.labels[:, None]
-        xi_y = xi.gather(1, lab)[:, 0]
-        n_hit, row_max = hits_and_max(xi, xi_y, b.labels)
-        correct += n_hit
-        err = torch.softmax(xi, 1, out=err_buf[:b.N])                  # reused buffers: fewer page faults
-        loss = loss + cross_entropy_of(row_max, xi_y, err)
-        err.scatter_add_(1, lab, torch.full_like(lab, -1.0, dtype=dt))  # softmax - e_y
-        P += index.scatter_rows(c, start, L, err, a_bag, work)         # every position (but l, if need_W)
-        if need_W:
-            if need_V:
-                Q += index.scatter_informative(c, start, err, a_l)      # sum_n a_{n,l} e_{x*_n} err_n^T
-            r_rest = xi_rest.mul_(err).sum(1)                          # err_n . xi_rest,n (xi_rest is spent)
-            r_l = T_l.mul_(err).sum(1)                                 # r_n . v_{n,l}
+            if need_V and fused:                                       # sum_n a_{n,l} e_{x*_n} err_n^T
+                native.reverse_bag(index.inf_order[start:start + b.N], index.inf_offsets[c], a_l[:, None].contiguous(),
+                                   err, Q, work)
+            elif need_V:
+                Q += index.scatter_informative(c, start, err, a_l)
             beta = r_rest + a_l * r_l                                  # r_n . o_n
             rest = a_bag.sum(1) + a_eos if cfg.eos_key else a_bag.sum(1)   # 1 - a_l, summed from the others
             # ds_{n,l} = a_l (r.v_l - beta) = a_l ((1 - a_l) r.v_l - r.xi_rest): no difference of large
@@ -253,11 +280,16 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
             ds_tokens -= weighted_token_sum(problem, b.tokens, a_bag * beta[:, None])
             ds_trig = ds_trig + ds_l.sum()
             if cfg.eos_key:
-                ds_eos = ds_eos + (a_eos * (err @ xi_q - beta)).sum()
-        if tiv and need_V:
+                ds_eos = ds_eos + (a_eos * ((r_q if fused else err @ xi_q) - beta)).sum()
+        if tiv and need_V and not fused:
             err_trig += a_l @ err
-        if cfg.eos_key and need_V:
+        if cfg.eos_key and need_V and not fused:
             err_eos += a[:, L] @ err
+    if fused:
+        err_trig, err_eos = sums[0], sums[1]
+    if fused and not math.isfinite(float(loss)):                      # the C loop assumes finite logits:
+        with native.disabled():                                        # let torch's route say what they give
+            return table_gradients(problem, params, batch, need_V, need_W)
     if need_V:
         if need_W:
             P_all = P + Q                                              # every position
@@ -279,6 +311,7 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
 
 PASS_SAMPLES = 2 ** 14   # samples per chunk of the token passes: (chunk, L) ids stay in cache
 TABLE_PASS_SAMPLES = 2 ** 16   # pass 1: each chunk's bincount allocates the whole V x V_in table, so fewer chunks
+NATIVE_TABLE_ENTRIES = 2 ** 26   # the C pass 1 keeps one int32 V x V_in table per thread: at most 256 MiB each
 
 
 def count_chunk_size(problem: Problem) -> int:
@@ -306,11 +339,13 @@ def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES)
     One bincount of the pair ids x*_n V_in + x_{n,t}, chunk by chunk through a reused buffer."""
     cfg = problem.cfg
     dt, dev = problem.E.dtype, batch.tokens.device
+    n = torch.bincount(batch.informative, minlength=cfg.V).to(dt)
+    if native.usable(batch.tokens) and cfg.V * cfg.V_in <= NATIVE_TABLE_ENTRIES:   # one fused loop
+        return native.pair_count(batch.tokens, batch.informative, cfg.V, cfg.V_in).T.to(dt), n
     A_T = torch.zeros(cfg.V * cfg.V_in, dtype=torch.long, device=dev)  # (V, V_in), flattened
     buf = torch.empty(min(size, batch.N), cfg.L, dtype=id_dtype(problem, batch), device=dev)
     for b in chunks(batch, size, widen=False):                          # int32 ids: no widening copy
         A_T += torch.bincount(pair_ids(problem, b, buf).view(-1), minlength=A_T.numel())
-    n = torch.bincount(batch.informative, minlength=cfg.V).to(dt)
     return A_T.view(cfg.V, cfg.V_in).T.to(dt), n
 
 
@@ -396,14 +431,18 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
         pair_term = (E.T @ (A * D.T).sum(1) + tiv * (E_content.T @ (n * z_w)) + (n @ e_w) * z
                      + tiv * (n @ z_w) * z)
         s_w = W @ s                                                    # (V,)
-        D_flat = D.reshape(-1, 1)
-        beta_counts = torch.zeros(cfg.V_in, dtype=dt, device=dev)      # sum_n beta_n c_n
-        beta_sum = E.new_zeros(())
-        for b in chunks(batch, size, widen=False):
-            beta = (Fn.embedding_bag(pair_ids(problem, b, buf), D_flat, mode="sum")[:, 0]
-                    + s_w[b.informative]) / K                          # (B,): obar_n . r_n
-            beta_counts += weighted_token_sum(problem, b.tokens, beta[:, None].expand(b.tokens.shape))
-            beta_sum = beta_sum + beta.sum()
+        if native.usable(batch.tokens, D):                             # one fused loop
+            counts64, sum64 = native.beta_counts(batch.tokens, batch.informative, D, s_w, K)
+            beta_counts, beta_sum = counts64.to(dt), torch.tensor(sum64, dtype=dt, device=dev)
+        else:
+            D_flat = D.reshape(-1, 1)
+            beta_counts = torch.zeros(cfg.V_in, dtype=dt, device=dev)  # sum_n beta_n c_n
+            beta_sum = E.new_zeros(())
+            for b in chunks(batch, size, widen=False):
+                beta = (Fn.embedding_bag(pair_ids(problem, b, buf), D_flat, mode="sum")[:, 0]
+                        + s_w[b.informative]) / K                      # (B,): obar_n . r_n
+                beta_counts += weighted_token_sum(problem, b.tokens, beta[:, None].expand(b.tokens.shape))
+                beta_sum = beta_sum + beta.sum()
         shift = z.clone()
         if cfg.eos_key:
             pair_term = pair_term + (n @ (W @ q)) * q
@@ -414,11 +453,16 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     # with ids  attended_token V + x*  (a plain position),  V_in V + x*  (the trigger),  (V_in + 1) V + x*  (EOS)
     S = E @ k                                                          # (V_in,): scores of plain tokens
     bonus, s_eos = z @ k, q @ k
-    ids = torch.empty(N, dtype=idt, device=dev)
-    ranks = ScoreRanks(S)
-    for start, b in zip(range(0, N, size), chunks(batch, size, widen=False)):
-        group = attended_groups(problem, b, S, bonus, s_eos, ranks)
-        torch.add(b.informative.to(idt), group.to(idt), alpha=V, out=ids[start:start + b.N])
+    finite = bool(torch.isfinite(S).all()) and math.isfinite(float(bonus)) and math.isfinite(float(s_eos))
+    if native.usable(batch.tokens, S) and finite:                      # one fused loop, argmax's rule
+        ids = native.attend(batch.tokens, batch.pos, batch.informative, S, float(bonus),
+                            float(s_eos) if cfg.eos_key else None, V)
+    else:
+        ids = torch.empty(N, dtype=idt, device=dev)
+        ranks = ScoreRanks(S)
+        for start, b in zip(range(0, N, size), chunks(batch, size, widen=False)):
+            group = attended_groups(problem, b, S, bonus, s_eos, ranks)
+            torch.add(b.informative.to(idt), group.to(idt), alpha=V, out=ids[start:start + b.N])
     counts = torch.bincount(ids, minlength=(cfg.V_in + 2) * V)
     counts = counts.view(cfg.V_in + 2, V).to(dt)
     M3 = (counts[:cfg.V_in].T @ E + counts[cfg.V_in][:, None] * (E[:V] + tiv * z)

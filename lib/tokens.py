@@ -53,9 +53,11 @@ def value_offset(problem: Problem) -> torch.Tensor:
     return s
 
 
-def position_scores(problem: Problem, b: Batch, w: torch.Tensor) -> torch.Tensor:
-    """Attention scores h_t^T w of every key (B, K), from the table E w: no (B, L, d) tensor."""
-    s = (problem.E @ w).index_select(0, b.tokens.reshape(-1)).view(b.tokens.shape)   # (B, L) table lookup
+def position_scores(problem: Problem, b: Batch, w: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention scores h_t^T w of every key (B, K), from the table E w (`table`, if the caller has
+    it already, e.g. once for all chunks): no (B, L, d) tensor."""
+    table = problem.E @ w if table is None else table
+    s = table.index_select(0, b.tokens.reshape(-1)).view(b.tokens.shape)   # (B, L) table lookup
     s = s.scatter_add(1, b.pos[:, None], (problem.z_trig @ w).expand(b.N, 1))          # the trigger's bonus
     if problem.cfg.eos_key:
         s = torch.cat([s, (problem.z_eos @ w).expand(b.N, 1)], 1)       # (B, L + 1)

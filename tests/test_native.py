@@ -1,0 +1,215 @@
+"""The C loops of lib.native against the torch primitives they replace, loop by loop and through the
+routes that use them (lib.counts), in float32 and float64; and the torch route when they are off."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as Fn
+
+import lib
+from lib import native
+from lib.counts import attended_groups, count_gradients, limit_attn
+from lib.tokens import token_index
+from conftest import small_cfg, rel, random_params
+
+HAS_CC = bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
+needs_native = pytest.mark.skipif(not native.available(), reason="no C compiler: lib.native is off")
+
+
+def test_native_loads_where_there_is_a_compiler():
+    """With a C compiler on the machine the loops must build and load (else the speed is silently lost)."""
+    if not HAS_CC:
+        pytest.skip("no C compiler on this machine")
+    assert native.available(), f"lib.native did not build: {native._state.get('error')!r}"
+
+
+def test_without_the_loops_every_route_still_runs():
+    """RECALL_NATIVE=0 turns them off in a fresh process, and the routes give the torch route's numbers."""
+    code = ("import lib, lib.native as n; assert not n.available();"
+            "cfg = lib.TaskConfig(V=8, d=8, L=4, device='cpu', dtype='float64'); p = lib.make_problem(cfg, 0);"
+            "b = lib.sample_batch(p, 300, 0); g = lib.counts.limit_attn(p, b); print(float(g[1].norm()))")
+    env = dict(os.environ, RECALL_NATIVE="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    cfg = small_cfg(V=8, d=8, L=4)
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, 300, 0)
+    with native.disabled():
+        k = limit_attn(problem, batch)[1]
+    assert float(out.stdout) == pytest.approx(float(k.norm()), rel=1e-12)
+
+
+def test_a_failed_build_leaves_the_loops_off(tmp_path, monkeypatch):
+    """A compiler that fails: available() is False, with the error kept, and nothing raises."""
+    saved = dict(native._state)
+    try:
+        native._state.clear()
+        monkeypatch.setenv("CC", "false")
+        monkeypatch.setenv("RECALL_NATIVE_CACHE", str(tmp_path))
+        assert not native.available()
+        assert isinstance(native._state.get("error"), subprocess.CalledProcessError)
+    finally:
+        native._state.clear()
+        native._state.update(saved)
+
+
+def _tokens(N, L, V_in, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, V_in, (N, L), generator=g, dtype=torch.int32), g
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("V,L,N", [(256, 16, 300), (250, 7, 257), (40, 1, 3), (1024, 64, 70), (200, 5, 1)])
+def test_forward_and_reverse_bags_equal_embedding_bag(dtype, V, L, N):
+    """Column blocks of 8 vectors and the narrower last block (V = 250, 40, 200), padded rows."""
+    V_in = V + 3
+    tokens, g = _tokens(N, L, V_in, 0)
+    table = torch.randn(V_in, V, generator=g, dtype=dtype)
+    a = torch.rand(N, L, generator=g, dtype=dtype)
+    want = Fn.embedding_bag(tokens, table, mode="sum", per_sample_weights=a)
+    padded = native.padded(V_in, V, dtype).copy_(table)
+    got = native.forward_bag(tokens, a, padded, torch.empty(N, V, dtype=dtype))
+    tol = 1e-5 if dtype == torch.float32 else 1e-13
+    assert rel(got, want) < tol
+    # reverse: P[j] = sum over positions holding j of a err_n, against a written-out sum
+    err = native.padded(N, V, dtype).copy_(torch.randn(N, V, generator=g, dtype=dtype))
+    ids = tokens.reshape(-1)
+    order = torch.argsort(ids, stable=True).to(torch.int32)
+    counts = torch.bincount(ids, minlength=V_in)
+    offsets = (counts.cumsum(0) - counts).to(torch.int32)
+    P = torch.ones(V_in, V, dtype=dtype)                               # it adds to what is there
+    work = (torch.empty(N * L, dtype=torch.int32), torch.empty(N * L, dtype=dtype))
+    native.reverse_bag(order, offsets, a, err, P, work)
+    want = torch.ones(V_in, V, dtype=dtype).index_add_(0, ids.long(), (a.reshape(-1, 1) * err.repeat_interleave(L, 0)))
+    assert rel(P, want) < tol
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("split,tiv,dots,eos", [(True, 1.0, True, True), (False, 1.0, False, False),
+                                                (True, 0.0, True, False), (False, 0.0, False, True)])
+def test_softmax_rows_equal_torch(dtype, split, tiv, dots, eos):
+    """Logits, error, loss, hits (ties included: the first maximum wins), the dot products and sums."""
+    N, V, V_in = 97, 70, 73
+    g = torch.Generator().manual_seed(1)
+    xi_rest = 4 * torch.randn(N, V, generator=g, dtype=dtype)
+    table = native.padded(V_in, V, dtype).copy_(torch.randn(V_in, V, generator=g, dtype=dtype))
+    inf = torch.randint(0, V_in, (N,), generator=g)
+    a_l = torch.rand(N, generator=g, dtype=dtype)
+    a_eos = torch.rand(N, generator=g, dtype=dtype)
+    xi_z, xi_q = torch.randn(V, generator=g, dtype=dtype), torch.randn(V, generator=g, dtype=dtype)
+    labels = torch.randint(0, V, (N,), generator=g)
+    # ties: in rows 0-2 (a_l = 0 there, so that the logits are xi_rest exactly in both) the label's logit
+    # equals the maximum, held by an earlier entry (row 0: the label is not first), a later one, or both
+    a_l[:3] = 0
+    for n, others in ((0, (0,)), (1, (V - 1,)), (2, (3, V - 2))):
+        j = labels[n].item()
+        for k in others:
+            k = k if k != j else (j + 1) % V
+            xi_rest[n, k] = xi_rest[n].max() + 1.0
+        xi_rest[n, j] = xi_rest[n].max()
+    xi = xi_rest + split * a_l[:, None] * table[inf] + tiv * a_l[:, None] * xi_z
+    err = native.padded(N, V, dtype)
+    r = torch.zeros(3, N, dtype=dtype)
+    sums = torch.zeros(2, V, dtype=dtype)
+    loss, hits = native.softmax_rows(xi_rest, table, inf, a_l, xi_z, split, tiv, labels, dots, err, r[0], r[1],
+                                     a_eos=a_eos if eos else None, xi_q=xi_q if eos else None, sums=sums,
+                                     r_q=r[2] if eos else None)
+    want_err = torch.softmax(xi, 1) - Fn.one_hot(labels, V).to(dtype)
+    tol = 2e-6 if dtype == torch.float32 else 1e-13
+    assert rel(err, want_err) < tol
+    assert loss == pytest.approx(float(Fn.cross_entropy(xi.double(), labels, reduction="sum")), rel=tol)
+    assert hits == int((xi.argmax(1) == labels).sum())
+    if dots:
+        assert rel(r[0], (want_err * xi_rest).sum(1)) < 10 * tol
+        assert rel(r[1], (want_err * (table[inf] + tiv * xi_z)).sum(1)) < 10 * tol
+    assert rel(sums[0], tiv * a_l @ want_err) < tol if tiv else sums[0].abs().max() == 0
+    if eos:
+        assert rel(sums[1], a_eos @ want_err) < tol and rel(r[2], want_err @ xi_q) < 10 * tol
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("eos", [False, True])
+def test_limit_passes_equal_torch(dtype, eos):
+    """The count table, beta's weighted sum and hard attention (with forced ties of every kind)."""
+    cfg = small_cfg(V=30, d=12, L=9, eos_key=eos, dtype="float32" if dtype == torch.float32 else "float64")
+    problem = lib.make_problem(cfg, 2)
+    batch = lib.sample_batch(problem, 2000, 3)
+    A = native.pair_count(batch.tokens, batch.informative, cfg.V, cfg.V_in)
+    pairs = batch.informative[:, None] * cfg.V_in + batch.tokens.long()
+    assert torch.equal(A.view(-1), torch.bincount(pairs.view(-1), minlength=cfg.V * cfg.V_in))
+    g = torch.Generator().manual_seed(4)
+    D = torch.randn(cfg.V, cfg.V_in, generator=g, dtype=dtype)
+    s_w = torch.randn(cfg.V, generator=g, dtype=dtype)
+    counts, total = native.beta_counts(batch.tokens, batch.informative, D, s_w, cfg.n_keys)
+    beta = (D.double()[batch.informative[:, None], batch.tokens.long()].sum(1) + s_w.double()[batch.informative]) / cfg.n_keys
+    want = torch.zeros(cfg.V_in, dtype=torch.float64).index_add_(0, batch.tokens.reshape(-1).long(),
+                                                                 beta.repeat_interleave(cfg.L))
+    assert rel(counts, want) < 1e-12 and total == pytest.approx(float(beta.sum()), rel=1e-12)
+    # scores with repeats (ties between positions), a bonus that ties the trigger with others, EOS ties
+    S = torch.randint(0, 6, (cfg.V_in,), generator=g).to(dtype)
+    for bonus, s_eos in ((0.0, 5.0), (1.0, 2.0), (-1.0, 7.0), (3.0, 0.5)):
+        ids = native.attend(batch.tokens, batch.pos, batch.informative, S, bonus, s_eos if eos else None, cfg.V)
+        group = attended_groups(problem, batch, S, torch.tensor(bonus, dtype=dtype), torch.tensor(s_eos, dtype=dtype))
+        assert torch.equal(ids, batch.informative + group * cfg.V)
+
+
+@needs_native
+@pytest.mark.parametrize("tiv,eos", [(True, False), (False, True), (True, True)])
+def test_routes_with_and_without_the_loops_agree(tiv, eos):
+    """table_gradients (all need_V / need_W), limit_attn and finite mode: C loops against torch, float64."""
+    cfg = small_cfg(V=70, d=24, L=9, trigger_in_value=tiv, eos_key=eos)
+    problem = lib.make_problem(cfg, 5)
+    batch = lib.sample_batch(problem, 3000, 6)
+    params = random_params(cfg, 7, 0.8)
+    for need_V, need_W in ((True, True), (True, False), (False, True)):
+        a = count_gradients(problem, params, batch, need_V=need_V, need_W=need_W, tables=True)
+        with native.disabled():
+            b = count_gradients(problem, params, batch, need_V=need_V, need_W=need_W, tables=True)
+        assert a.correct == b.correct and a.loss == pytest.approx(b.loss, rel=1e-12)
+        assert rel(a.W_V, b.W_V) < 1e-12 if need_V else a.W_V.abs().max() == 0
+        assert rel(a.W_KQ, b.W_KQ) < 1e-12 if need_W else a.W_KQ.abs().max() == 0
+    got = limit_attn(problem, batch)
+    with native.disabled():
+        want = limit_attn(problem, batch)
+    assert all(rel(x, y) < 1e-12 for x, y in zip(got, want))
+    got = lib.three_steps(problem, batch, "finite")
+    with native.disabled():
+        want = lib.three_steps(problem, batch, "finite")
+    assert rel(got.params.W_V, want.params.W_V) < 1e-10 and rel(got.params.W_KQ, want.params.W_KQ) < 1e-10
+
+
+@needs_native
+def test_the_loops_do_not_depend_on_the_thread_count_beyond_rounding():
+    cfg = small_cfg(V=64, d=16, L=8)
+    problem = lib.make_problem(cfg, 1)
+    batch = lib.sample_batch(problem, 999, 2)
+    params = random_params(cfg, 3, 0.8)
+    before = torch.get_num_threads()
+    try:
+        out = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            out.append(count_gradients(problem, params, batch, tables=True))
+    finally:
+        torch.set_num_threads(before)
+    for o in out[1:]:
+        assert o.correct == out[0].correct and rel(o.W_V, out[0].W_V) < 1e-12 and rel(o.W_KQ, out[0].W_KQ) < 1e-12
+
+
+@needs_native
+def test_non_finite_logits_fall_back_to_torch():
+    """The C rows assume finite logits; with infinite parameters the step gives what torch's route gives."""
+    cfg = small_cfg(V=9, d=6, L=4)
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, 50, 0)
+    params = random_params(cfg, 1, 0.5)
+    params = lib.models.Params(params.W_V * float("inf"), params.W_KQ)
+    a = count_gradients(problem, params, batch, tables=True)
+    with native.disabled():
+        b = count_gradients(problem, params, batch, tables=True)
+    assert (a.loss == b.loss) or (a.loss != a.loss and b.loss != b.loss)
