@@ -37,6 +37,7 @@ and the generic step otherwise; tests prove they agree.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as Fn
@@ -177,7 +178,7 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
 
     With M = U W_V (V, d) the logits are linear in the pooled value: xi_n = M o_n = sum_t a_{n,t} T[x_t]
     + a_{n,l} tiv M z_trig (+ a_{n,EOS} M z_EOS) with the table T = E M^T (V_in, V): one weighted
-    `embedding_bag` per chunk, O(L V) per sample. With err_n = softmax(xi_n) - e_{y_n} and
+    bag of table rows per chunk, O(L V) per sample. With err_n = softmax(xi_n) - e_{y_n} and
     P = sum_{n,t} a_{n,t} e_{x_t} err_n^T (V_in, V), the reverse bag through the batch's `TokenIndex`:
 
       N grad_V = U^T (P^T E + tiv (sum_n a_{n,l} err_n) z_trig^T + (sum_n a_{n,EOS} err_n) z_EOS^T),
@@ -190,17 +191,103 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
     T_l,n = T[x*_n] + tiv M z_trig the logits of v_{n,l}, and ds_{n,l} = a_{n,l} ((1 - a_{n,l}) err_n . T_l,n
     - err_n . xi_rest,n), 1 - a_{n,l} summed from the other keys' weights: no difference of two
     logit-sized numbers, so it keeps its digits in float32 when attention sits on the trigger (the
-    feature route and autograd form r . v_l - beta and lose them; tests/test_count_gradients.py)."""
+    feature route and autograd form r . v_l - beta and lose them; tests/test_count_gradients.py).
+    The chunk loop runs on lib.native's fused C loops when they load (`_table_sums_native`), else on
+    torch primitives (`_table_sums_torch`); the two agree to rounding (tests/test_native.py)."""
     cfg = problem.cfg
     E, U, z, q = problem.E, problem.U, problem.z_trig, problem.z_eos
-    dt, dev = E.dtype, E.device
-    L, N, V = cfg.L, batch.N, cfg.V
+    N = batch.N
     tiv = float(cfg.trigger_in_value)
     need_W = need_W and cfg.n_keys > 1
     w = params.W_KQ @ q
     M = U @ params.W_V                                                 # (V, d)
     T = E @ M.T                                                        # (V_in, V)
+    if native.usable(batch.tokens, T):                                 # lib.native's fused loops
+        sums = _table_sums_native(problem, batch, w, M, T, need_V, need_W)
+        if not math.isfinite(sums.loss):                               # they assume finite logits:
+            with native.disabled():                                    # torch's route says what these give
+                return table_gradients(problem, params, batch, need_V, need_W)
+    else:
+        sums = _table_sums_torch(problem, batch, w, M, T, need_V, need_W)
+    if need_V:
+        grad_V = U.T @ (sums.P.T @ E + tiv * torch.outer(sums.err_trig, z) + torch.outer(sums.err_eos, q)) / N
+    else:
+        grad_V = torch.zeros_like(params.W_V)
+    if need_W:
+        ds_tokens = sums.ds_tokens + (T * sums.P_plain).sum(1)        # + the plain positions' sum_j T_j . P_j
+        k = (E.T @ ds_tokens + sums.ds_trig * z + sums.ds_eos * q) / N
+        grad_W = torch.outer(k, q)
+    else:
+        grad_W = torch.zeros_like(params.W_KQ)
+    return Gradients(sums.loss / N, grad_V, grad_W, sums.correct)
+
+
+@dataclass
+class TableSums:
+    """What a logit-table step adds up over the batch (times N): the loss and the hits; P (every
+    position) and P_plain (every position but l when the attention gradient is formed) (V_in, V);
+    sum_n a_{n,l} err_n and sum_n a_{n,EOS} err_n (V,); the attention gradient's token sums (V_in,)
+    (the trigger's positions and -beta_n a_{n,t} at every other one), its trigger and EOS sums."""
+    loss: float
+    correct: int
+    P: torch.Tensor | None
+    P_plain: torch.Tensor | None
+    err_trig: torch.Tensor | None
+    err_eos: torch.Tensor | None
+    ds_tokens: torch.Tensor | None
+    ds_trig: torch.Tensor | float
+    ds_eos: torch.Tensor | float
+
+
+def _table_sums_native(problem: Problem, batch: Batch, w, M, T, need_V: bool, need_W: bool) -> TableSums:
+    """The chunk loop of `table_gradients` on lib.native's loops: per chunk, the attention weights, the
+    forward bag, the softmax rows (with the per-sample sums of the attention gradient) and the reverse
+    bags, five calls and no (B, V) torch operation."""
+    cfg = problem.cfg
+    E, z, q = problem.E, problem.z_trig, problem.z_eos
+    dt, L, N, V = E.dtype, cfg.L, batch.N, cfg.V
+    tiv = float(cfg.trigger_in_value)
+    size = table_chunk_size(problem)
+    index = token_index(problem, batch, size)
+    B = min(size, N)
+    S, bonus = E @ w, float(z @ w)                                     # the token scores, once
+    s_eos = float(q @ w) if cfg.eos_key else None
+    xi_z, xi_q = (M @ z).contiguous(), (M @ q).contiguous()
+    T_rows, err_buf = native.padded(cfg.V_in, V, dt).copy_(T), native.padded(B, V, dt)   # rows off 4 KiB strides
+    xi_buf = torch.empty(B, V, dtype=dt)
+    a_bag, a_l, rest = torch.empty(B, L, dtype=dt), torch.empty(B, dtype=dt), torch.empty(B, dtype=dt)
+    a_eos = torch.empty(B, dtype=dt) if cfg.eos_key else None
+    P = torch.zeros(cfg.V_in, V, dtype=dt)                             # every position but l, if need_W
+    Q = torch.zeros(cfg.V_in, V, dtype=dt) if need_W and need_V else None
+    acc = native.RowSums(V, cfg.V_in, sums=need_V, ds=need_W)
+    work = index.work_buffers(B * L, dt)
+    for c, (start, b) in enumerate(zip(range(0, N, size), chunks(batch, size, widen=False))):
+        n = b.N
+        native.attention(b.tokens, b.pos, S, bonus, s_eos, need_W, a_bag[:n], a_l[:n],
+                         None if a_eos is None else a_eos[:n], rest[:n])
+        xi = native.forward_bag(b.tokens, a_bag[:n], T_rows, xi_buf[:n])
+        err = err_buf[:n]
+        native.softmax_rows(xi, T_rows, b.informative, a_l[:n], xi_z, need_W, tiv, None if a_eos is None else a_eos[:n],
+                            xi_q, b.labels, err, acc, b.tokens, a_bag[:n], rest[:n])
+        native.reverse_bag(index.order[start * L:(start + n) * L], index.offsets[c], a_bag[:n], err, P, work)
+        if Q is not None:                                              # sum_n a_{n,l} e_{x*_n} err_n^T
+            native.reverse_bag(index.inf_order[start:start + n], index.inf_offsets[c], a_l[:n, None], err, Q, work)
+    loss, correct, sums, ds = acc.totals()
+    return TableSums(loss, correct, None if not need_V else (P + Q if Q is not None else P), P if need_W else None,
+                     None if sums is None else sums[0].to(dt), None if sums is None else sums[1].to(dt),
+                     None if ds is None else ds[:cfg.V_in].to(dt), float(ds[cfg.V_in]) if need_W else 0.0,
+                     float(ds[cfg.V_in + 1]) if need_W else 0.0)
+
+
+def _table_sums_torch(problem: Problem, batch: Batch, w, M, T, need_V: bool, need_W: bool) -> TableSums:
+    """The chunk loop of `table_gradients` on torch primitives (GPUs, no C compiler, int64 ids)."""
+    cfg = problem.cfg
+    E, z, q = problem.E, problem.z_trig, problem.z_eos
+    dt, dev = E.dtype, E.device
+    L, N, V = cfg.L, batch.N, cfg.V
+    tiv = float(cfg.trigger_in_value)
     xi_z, xi_q = M @ z, M @ q                                          # (V,)
+    s_tab = E @ w                                                      # (V_in,) token scores, once
     size = table_chunk_size(problem)
     index = token_index(problem, batch, size)
     P = torch.zeros(cfg.V_in, V, dtype=dt, device=dev)
@@ -209,16 +296,9 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
     ds_tokens = torch.zeros(cfg.V_in, dtype=dt, device=dev)
     ds_trig, ds_eos, loss = E.new_zeros(()), E.new_zeros(()), E.new_zeros(())
     correct = 0
-    s_tab = E @ w                                                      # (V_in,) token scores, once
-    fused = native.usable(batch.tokens, T)                             # the C loops of lib.native
-    if fused:                                                          # rows off 4 KiB strides: see native.padded
-        T_rows, err_buf = native.padded(cfg.V_in, V, dt).copy_(T), native.padded(min(size, N), V, dt)
-    else:
-        err_buf = torch.empty(min(size, N), V, dtype=dt, device=dev)
-    rows_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W and not fused else None
-    xi_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W or fused else None
-    r_buf = torch.empty(3, min(size, N), dtype=dt, device=dev) if fused else None
-    sums = torch.zeros(2, V, dtype=dt, device=dev) if fused else None     # the C loop's sum_n a err_n (trigger, EOS)
+    err_buf = torch.empty(min(size, N), V, dtype=dt, device=dev)
+    rows_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W else None
+    xi_buf = torch.empty(min(size, N), V, dtype=dt, device=dev) if need_W else None
     plain_buf = torch.empty(min(size, N), L, dtype=dt, device=dev) if need_W else None
     work = index.work_buffers(min(size, N) * L, dt)
     for c, (start, b) in enumerate(zip(range(0, N, size), chunks(batch, size, widen=False))):
@@ -228,49 +308,30 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
         a_eos = a[:, L] if cfg.eos_key else None
         # with the attention gradient, the trigger's position is kept apart: xi = xi_rest + a_l T_l
         a_bag = plain_buf[:b.N].copy_(a_tok).scatter_(1, b.pos[:, None], 0.0) if need_W else a_tok
-        if fused:
-            xi = native.forward_bag(b.tokens, a_bag, T_rows, xi_buf[:b.N])
-        else:
-            xi = Fn.embedding_bag(b.tokens, T, mode="sum", per_sample_weights=a_bag)
+        xi = Fn.embedding_bag(b.tokens, T, mode="sum", per_sample_weights=a_bag)
         if cfg.eos_key:
             xi.addr_(a_eos, xi_q)
-        if fused:                                                      # one C loop over each row
-            xi_rest = xi                                               # logits of every key but l (if need_W)
-            err, r_rest, r_l = err_buf[:b.N], r_buf[0, :b.N], r_buf[1, :b.N]
-            r_q = r_buf[2, :b.N] if cfg.eos_key and need_W else None   # err_n . xi_q
-            loss_c, n_hit = native.softmax_rows(xi_rest, T_rows, b.informative, a_l.contiguous(), xi_z, need_W, tiv,
-                                                b.labels, need_W, err, r_rest, r_l, a_eos=a_eos, xi_q=xi_q if
-                                                r_q is not None else None, sums=sums if need_V else None, r_q=r_q)
-            loss, correct = loss + loss_c, correct + n_hit
-        else:
-            if need_W:
-                xi_rest = xi                                           # logits of every key but l
-                T_l = torch.index_select(T, 0, b.informative, out=rows_buf[:b.N])   # logits of v_l:
-                if tiv:
-                    T_l += xi_z                                        # T[x*_n] (+ tiv M z_trig)
-                xi = torch.addcmul(xi_rest, a_l[:, None], T_l, out=xi_buf[:b.N])
-            elif tiv:
-                xi.addr_(a_l, xi_z)
-            lab = b.labels[:, None]
-            xi_y = xi.gather(1, lab)[:, 0]
-            n_hit, row_max = hits_and_max(xi, xi_y, b.labels)
-            correct += n_hit
-            err = torch.softmax(xi, 1, out=err_buf[:b.N])              # reused buffers: fewer page faults
-            loss = loss + cross_entropy_of(row_max, xi_y, err)
-            err.scatter_add_(1, lab, torch.full_like(lab, -1.0, dtype=dt))   # softmax - e_y
-            if need_W:
-                r_rest = xi_rest.mul_(err).sum(1)                      # err_n . xi_rest,n (xi_rest is spent)
-                r_l = T_l.mul_(err).sum(1)                             # r_n . v_{n,l}
-        if fused:                                                      # every position (but l, if need_W)
-            native.reverse_bag(index.order[start * L:(start + b.N) * L], index.offsets[c], a_bag, err, P, work)
-        else:
-            P += index.scatter_rows(c, start, L, err, a_bag, work)
         if need_W:
-            if need_V and fused:                                       # sum_n a_{n,l} e_{x*_n} err_n^T
-                native.reverse_bag(index.inf_order[start:start + b.N], index.inf_offsets[c], a_l[:, None].contiguous(),
-                                   err, Q, work)
-            elif need_V:
-                Q += index.scatter_informative(c, start, err, a_l)
+            xi_rest = xi                                               # logits of every key but l
+            T_l = torch.index_select(T, 0, b.informative, out=rows_buf[:b.N])   # logits of v_l:
+            if tiv:
+                T_l += xi_z                                            # T[x*_n] (+ tiv M z_trig)
+            xi = torch.addcmul(xi_rest, a_l[:, None], T_l, out=xi_buf[:b.N])
+        elif tiv:
+            xi.addr_(a_l, xi_z)
+        lab = b.labels[:, None]
+        xi_y = xi.gather(1, lab)[:, 0]
+        n_hit, row_max = hits_and_max(xi, xi_y, b.labels)
+        correct += n_hit
+        err = torch.softmax(xi, 1, out=err_buf[:b.N])                  # reused buffers: fewer page faults
+        loss = loss + cross_entropy_of(row_max, xi_y, err)
+        err.scatter_add_(1, lab, torch.full_like(lab, -1.0, dtype=dt))  # softmax - e_y
+        P += index.scatter_rows(c, start, L, err, a_bag, work)         # every position (but l, if need_W)
+        if need_W:
+            if need_V:
+                Q += index.scatter_informative(c, start, err, a_l)      # sum_n a_{n,l} e_{x*_n} err_n^T
+            r_rest = xi_rest.mul_(err).sum(1)                          # err_n . xi_rest,n (xi_rest is spent)
+            r_l = T_l.mul_(err).sum(1)                                 # r_n . v_{n,l}
             beta = r_rest + a_l * r_l                                  # r_n . o_n
             rest = a_bag.sum(1) + a_eos if cfg.eos_key else a_bag.sum(1)   # 1 - a_l, summed from the others
             # ds_{n,l} = a_l (r.v_l - beta) = a_l ((1 - a_l) r.v_l - r.xi_rest): no difference of large
@@ -280,31 +341,13 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
             ds_tokens -= weighted_token_sum(problem, b.tokens, a_bag * beta[:, None])
             ds_trig = ds_trig + ds_l.sum()
             if cfg.eos_key:
-                ds_eos = ds_eos + (a_eos * ((r_q if fused else err @ xi_q) - beta)).sum()
-        if tiv and need_V and not fused:
+                ds_eos = ds_eos + (a_eos * (err @ xi_q - beta)).sum()
+        if tiv and need_V:
             err_trig += a_l @ err
-        if cfg.eos_key and need_V and not fused:
+        if cfg.eos_key and need_V:
             err_eos += a[:, L] @ err
-    if fused:
-        err_trig, err_eos = sums[0], sums[1]
-    if fused and not math.isfinite(float(loss)):                      # the C loop assumes finite logits:
-        with native.disabled():                                        # let torch's route say what they give
-            return table_gradients(problem, params, batch, need_V, need_W)
-    if need_V:
-        if need_W:
-            P_all = P + Q                                              # every position
-        else:
-            P_all = P
-        grad_V = U.T @ (P_all.T @ E + tiv * torch.outer(err_trig, z) + torch.outer(err_eos, q)) / N
-    else:
-        grad_V = torch.zeros_like(params.W_V)
-    if need_W:
-        ds_tokens += (T * P).sum(1)                                    # the other positions
-        k = (E.T @ ds_tokens + ds_trig * z + ds_eos * q) / N
-        grad_W = torch.outer(k, q)
-    else:
-        grad_W = torch.zeros_like(params.W_KQ)
-    return Gradients(float(loss) / N, grad_V, grad_W, correct)
+    return TableSums(float(loss), correct, None if not need_V else (P + Q if Q is not None else P),
+                     P if need_W else None, err_trig, err_eos, ds_tokens, ds_trig, ds_eos)
 
 
 # ----------------------------------------------------------------------------- attn-only, limit mode

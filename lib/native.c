@@ -10,6 +10,18 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+/* Subnormal numbers flushed to zero inside the loops (and the thread's mode restored after): products
+ * of a tiny attention weight or probability with a small logit fall below 1e-38 in float32, where x86
+ * takes a slow path (measured: the softmax rows 1.7x slower at attention saturated on the trigger).
+ * They are below any digit the float32 sums keep. */
+#define FTZ_BEGIN const unsigned int csr_ = _mm_getcsr(); _mm_setcsr(csr_ | 0x8040);
+#define FTZ_END _mm_setcsr(csr_);
+#else
+#define FTZ_BEGIN
+#define FTZ_END
+#endif
 
 /* The samples [n0, n1) of part i of N samples in `parts` parts. */
 #define RANGE(N, parts, i)                                                                              \
@@ -88,40 +100,97 @@ void beta_##SUF(const int32_t *tokens, const int64_t *inf, int64_t N, int64_t pa
 BETA(float, f32)
 BETA(double, f64)
 
-/* The softmax rows of the logit-table step, for rows [n0, n1) of a chunk (B, V):
- *   xi_n = xi_rest_n + c_split a_n T[x*_n] + c_tiv a_n xi_z           (the logits)
- *   err_n = softmax(xi_n) - e_{y_n}                                    (written into err)
- *   loss[n] = logsumexp(xi_n) - xi_{n, y_n},  hit[n] = (the first maximum of xi_n is at y_n)
- * and, when want_dots, r_rest[n] = err_n . xi_rest_n, r_l[n] = err_n . (T[x*_n] + c_tiv xi_z); where
- * given (else NULL), acc[2 i] += w_trig[n] err_n and acc[2 i + 1] += w_eos[n] err_n (part i's rows of
- * acc (parts, 2, V), float64), r_q[n] = err_n . xi_q.
- * Three passes over the row, which stays in L1: max, exp and sum, normalise and dot. */
-#define ROWS(T, SUF, EXP, LOG, LOWEST, FLOOR)                                                                        \
+/* The attention weights of a chunk of the logit-table step: for each sample the scores
+ * s_t = S[x_t] (+ bonus at the trigger's position l) and, with has_eos, s_eos for the EOS key, and
+ * their softmax a. Writes a_l[n] = a_{n,l}, a_eos[n] (if has_eos), a_bag[n] = a_{n,1..L} with a_{n,l}
+ * set to 0 when split (the trigger's key kept apart), and rest[n] = sum_{t != l} a_{n,t} + a_{n,EOS}
+ * (1 - a_{n,l}, summed from the other keys so that it keeps its digits when a_{n,l} -> 1). */
+#define ATTN(T, SUF, EXP)                                                                               \
+void attention_##SUF(const int32_t *tokens, const int64_t *pos, int64_t N, int64_t parts, int64_t L,     \
+                     const T *S, T bonus, T s_eos, int64_t has_eos, int64_t split, T *a_bag, T *a_l,     \
+                     T *a_eos, T *rest) {                                                                \
+    _Pragma("omp parallel for schedule(static, 1)")                                                      \
+    for (int64_t i = 0; i < parts; i++) {                                                                \
+        RANGE(N, parts, i);                                                                              \
+        FTZ_BEGIN                                                                                      \
+        for (int64_t n = n0; n < n1; n++) {                                                              \
+            const int32_t *x = tokens + n * L;                                                           \
+            T *a = a_bag + n * L;                                                                        \
+            const int64_t l = pos[n];                                                                    \
+            for (int64_t t = 0; t < L; t++) a[t] = S[x[t]];                                              \
+            a[l] += bonus;                                                                               \
+            T m = has_eos ? s_eos : a[0];                                                                \
+            for (int64_t t = 0; t < L; t++) m = a[t] > m ? a[t] : m;                                     \
+            T z = 0;                                                                                     \
+            _Pragma("omp simd reduction(+:z)")                                                           \
+            for (int64_t t = 0; t < L; t++) { T e = EXP(a[t] - m); a[t] = e; z += e; }                   \
+            const T e_eos = has_eos ? EXP(s_eos - m) : (T)0;                                             \
+            const T inv = (T)1 / (z + e_eos);                                                            \
+            _Pragma("omp simd")                                                                          \
+            for (int64_t t = 0; t < L; t++) a[t] *= inv;                                                 \
+            const T al = a[l];                                                                           \
+            a[l] = 0;                                 /* the others' sum, without a_l: no cancellation */ \
+            T others = 0;                                                                                \
+            _Pragma("omp simd reduction(+:others)")                                                      \
+            for (int64_t t = 0; t < L; t++) others += a[t];                                              \
+            a_l[n] = al;                                                                                 \
+            rest[n] = others + e_eos * inv;                                                              \
+            if (has_eos) a_eos[n] = e_eos * inv;                                                         \
+            if (!split) a[l] = al;                                                                       \
+        }                                                                                                \
+        FTZ_END                                                                                        \
+    }                                                                                                    \
+}
+ATTN(float, f32, expf)
+ATTN(double, f64, exp)
+
+/* The softmax rows of the logit-table step, for a chunk (N, V), with what each row adds up going
+ * to part i's accumulators (float64, each part's ld_acc entries apart (stats: 8) so that no two parts
+ * write one cache line; stats[i] = (loss, hits); sums[i] = (2, V); ds[i] = (V_in + 2)):
+ *   xi_n = xi_rest_n + c_split a_n T[x*_n] + c_tiv a_n xi_z + e_n xi_q     (the logits; e_n = a_eos[n],
+ *                                                                         0 without a_eos)
+ *   err_n = softmax(xi_n) - e_{y_n}                                       (written into err)
+ *   stats[i] += (logsumexp(xi_n) - xi_{n,y_n}, [the first maximum of xi_n is at y_n])
+ * and, where asked for:
+ *   want_sums: sums[i][0] += c_tiv a_n err_n, sums[i][1] += e_n err_n      (the value gradient's trigger
+ *                                                                         and EOS terms)
+ *   ds (the attention gradient, want the split): with r_rest = err_n . (xi_rest_n + e_n xi_q) (the
+ *     logits of every key but l), r_l = err_n . (T[x*_n] + c_tiv xi_z), beta = r_rest + a_n r_l,
+ *     ds_l = a_n (rest_n r_l - r_rest): ds[i][x*_n] += ds_l, ds[i][x_{n,t}] -= a_bag[n,t] beta for
+ *     every t, ds[i][V_in] += ds_l and, with a_eos, ds[i][V_in + 1] += e_n (err_n . xi_q - beta).
+ * Three passes over the row, which stays in L1: max; exp and sum; normalise, dot and add. */
+#define ROWS(T, SUF, EXP, LOG, LOWEST, FLOOR)                                                           \
 void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *table, int64_t ldt,       \
-                const int64_t *inf,                                                                      \
-                const T *a_l, const T *xi_z, T c_split, T c_tiv, const int64_t *labels, int64_t want_dots, \
-                T *err, int64_t lde, T *r_rest, T *r_l, double *loss, int64_t *hit,                      \
-                const T *w_trig, const T *w_eos, double *acc, const T *xi_q, T *r_q) {                   \
+                const int64_t *inf, const T *a_l, const T *xi_z, T c_split, T c_tiv, const T *a_eos,     \
+                const T *xi_q, const int64_t *labels, T *err, int64_t lde, double *stats,                \
+                int64_t want_sums, double *sums, double *ds, int64_t ld_acc, const int32_t *tokens,       \
+                int64_t L, int64_t V_in, const T *a_bag, const T *rest) {                                \
     _Pragma("omp parallel for schedule(static, 1)")                                                      \
     for (int64_t i = 0; i < parts; i++) {                                                                \
     RANGE(N, parts, i);                                                                                  \
+    FTZ_BEGIN                                                                                          \
+    double *restrict at = sums + i * ld_acc, *restrict ae = at + V, *restrict dsi = ds + i * ld_acc;     \
+    double loss_i = 0, hits_i = 0, ds_trig = 0, ds_eos = 0;  /* in registers: parts share cache lines */ \
     for (int64_t n = n0; n < n1; n++) {                                                                  \
         const T *restrict xr = xi_rest + n * V;                                                          \
         const T *restrict tl = table + inf[n] * ldt;                                                     \
         T *restrict e = err + n * lde;                                                                   \
-        const T c1 = a_l[n] * c_split, c2 = a_l[n] * c_tiv;                                              \
+        const T an = a_l[n], c1 = an * c_split, c2 = an * c_tiv, ce = a_eos ? a_eos[n] : (T)0;          \
         T m = LOWEST;                 /* the stored logits' maximum, compared with them exactly below */ \
         _Pragma("omp simd reduction(max:m)")                                                             \
         for (int64_t j = 0; j < V; j++) {                                                                \
-            T x = xr[j] + c1 * tl[j] + c2 * xi_z[j];                                                     \
+            T x = xr[j] + c1 * tl[j] + c2 * xi_z[j] + ce * xi_q[j];                                      \
             e[j] = x;                                                                                    \
             m = x > m ? x : m;                                                                           \
         }                                                                                                \
         const int64_t y = labels[n];                                                                     \
         const T xy = e[y];                                                                               \
-        int64_t h = xy == m;                                                                             \
-        for (int64_t j = 0; h && j < y; j++) h = e[j] != m;                                              \
-        hit[n] = h;                                                                                      \
+        int64_t h = xy == m, ties = 0;          /* the label holds the maximum, and no earlier entry */ \
+        if (h) {                                                                                         \
+            _Pragma("omp simd reduction(+:ties)")                                                        \
+            for (int64_t j = 0; j < y; j++) ties += e[j] == m;                                           \
+            h = ties == 0;                                                                               \
+        }                                                                                                \
         T s = 0;                                                                                         \
         _Pragma("omp simd reduction(+:s)")                                                               \
         for (int64_t j = 0; j < V; j++) {                                                                \
@@ -131,40 +200,51 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
             s += p;                                                                                      \
         }                                                                                                \
         const T inv = (T)1 / s;                                                                          \
-        if (want_dots) {                                                                                 \
-            T rr = 0, rl = 0;                                                                            \
-            _Pragma("omp simd reduction(+:rr, rl)")                                                      \
+        const double wt = want_sums ? (double)c2 : 0, we = want_sums ? (double)ce : 0;                   \
+        T rr = 0, rl = 0, rq = 0;                                                                        \
+        if (ds) {                                                                                        \
+            _Pragma("omp simd reduction(+:rr, rl, rq)")                                                  \
             for (int64_t j = 0; j < V; j++) {                                                            \
-                T p = e[j] * inv;                                                                        \
+                const T p = e[j] * inv;                                                                  \
                 e[j] = p;                                                                                \
                 rr += p * xr[j];                                                                         \
                 rl += p * (tl[j] + c_tiv * xi_z[j]);                                                     \
+                rq += p * xi_q[j];                                                                       \
             }                                                                                            \
-            r_rest[n] = rr - xr[y];                                                                      \
-            r_l[n] = rl - (tl[y] + c_tiv * xi_z[y]);                                                     \
         } else {                                                                                         \
             _Pragma("omp simd")                                                                          \
             for (int64_t j = 0; j < V; j++) e[j] *= inv;                                                 \
         }                                                                                                \
         e[y] -= 1;                                                                                       \
-        loss[n] = (double)LOG(s) + (double)m - (double)xy;                                               \
-        if (w_trig) {                             /* acc_trig += w_trig[n] err_n (part i's own) */      \
-            double *restrict at = acc + 2 * i * V; const T wt = w_trig[n];                               \
+        if (want_sums && c_tiv != 0) {                                                                   \
             _Pragma("omp simd")                                                                          \
             for (int64_t j = 0; j < V; j++) at[j] += wt * e[j];                                          \
         }                                                                                                \
-        if (w_eos) {                              /* acc_eos += w_eos[n] err_n */                        \
-            double *restrict ae = acc + (2 * i + 1) * V; const T we = w_eos[n];                          \
+        if (want_sums && a_eos) {                                                                        \
             _Pragma("omp simd")                                                                          \
             for (int64_t j = 0; j < V; j++) ae[j] += we * e[j];                                          \
         }                                                                                                \
-        if (xi_q) {                               /* r_q[n] = err_n . xi_q */                            \
-            T rq = 0;                                                                                    \
-            _Pragma("omp simd reduction(+:rq)")                                                          \
-            for (int64_t j = 0; j < V; j++) rq += e[j] * xi_q[j];                                        \
-            r_q[n] = rq;                                                                                 \
+        loss_i += (double)LOG(s) + (double)m - (double)xy;                                               \
+        hits_i += (double)h;                                                                             \
+        if (ds) {                                                                                        \
+            rr -= xr[y];                                                                                 \
+            rl -= tl[y] + c_tiv * xi_z[y];                                                               \
+            rq -= xi_q[y];                                                                               \
+            const double r_rest = (double)rr + (double)ce * (double)rq, r_l = rl;                        \
+            const double beta = r_rest + (double)an * r_l;                                               \
+            const double ds_l = (double)an * ((double)rest[n] * r_l - r_rest);                           \
+            const int32_t *x = tokens + n * L;                                                           \
+            const T *ab = a_bag + n * L;                                                                 \
+            dsi[inf[n]] += ds_l;                                                                         \
+            for (int64_t t = 0; t < L; t++) dsi[x[t]] -= (double)ab[t] * beta;                           \
+            ds_trig += ds_l;                                                                             \
+            if (a_eos) ds_eos += (double)ce * ((double)rq - beta);                                       \
         }                                                                                                \
     }                                                                                                    \
+    stats[i * 8] += loss_i;                                                                              \
+    stats[i * 8 + 1] += hits_i;                                                                          \
+    if (ds) { dsi[V_in] += ds_trig; dsi[V_in + 1] += ds_eos; }                                           \
+    FTZ_END                                                                                            \
     }                                                                                                    \
 }
 ROWS(float, f32, expf, logf, -FLT_MAX, -80.0f)
@@ -200,6 +280,7 @@ void forward_bag_##SUF(const int32_t *tokens, const T *a, int64_t N, int64_t par
     _Pragma("omp parallel for schedule(static, 1)")                                                      \
     for (int64_t i = 0; i < parts; i++) {                                                                \
         RANGE(N, parts, i);                                                                              \
+        FTZ_BEGIN                                                                                      \
         for (int64_t g0 = n0; g0 < n1; g0 += GROUP) {                                                    \
             const int64_t g1 = g0 + GROUP < n1 ? g0 + GROUP : n1;                                        \
             int64_t c = 0;                                                                               \
@@ -228,6 +309,7 @@ void forward_bag_##SUF(const int32_t *tokens, const T *a, int64_t N, int64_t par
                 for (int64_t j = 0; j < width; j++) xi[n * V + c + j] = acc[j];                          \
             }                                                                                            \
         }                                                                                                \
+        FTZ_END                                                                                        \
     }                                                                                                    \
 }
 FWD(float, f32, vf32, vf32u, 16)
@@ -251,6 +333,7 @@ void reverse_bag_##SUF(const int32_t *order, const int32_t *offsets, const T *a,
         j1 = j0;                                                                                         \
         while (j1 < V_in && (i == parts - 1 || offsets[j1] < p_hi)) j1++;                                \
         if (j0 >= j1) continue;                                                                          \
+        FTZ_BEGIN                                                                                      \
         const int64_t q0 = offsets[j0], q1 = j1 < V_in ? offsets[j1] : total;                            \
         for (int64_t p = q0; p < q1; p++) {               /* rows and weights of the share, once */      \
             rows_buf[p] = order[p] / L;                                                                  \
@@ -280,6 +363,7 @@ void reverse_bag_##SUF(const int32_t *order, const int32_t *offsets, const T *a,
             }                                                                                            \
             for (int64_t k = 0; k < width; k++) P[j * V + c + k] += acc[k];                              \
         }                                                                                                \
+        FTZ_END                                                                                        \
     }                                                                                                    \
 }
 REV(float, f32, vf32, vf32u, 16)

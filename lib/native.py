@@ -1,14 +1,20 @@
 """Fused CPU loops for the count routes, in C (`lib/native.c`), compiled on first use and optional.
 
 Torch primitives make several passes over a batch's token ids or a chunk's logits where one loop
-would do: the limit mode's three passes are bincounts, bags and lookups (9.5x one bincount, measured
-in `bench/bench_three_steps.py`), and the logit-table step spends as long on its softmax rows as on
-its forward bag. The loops here do each pass once, and `lib.counts` uses them when they load:
+would do: the limit mode's three passes are bincounts, bags and lookups (9x one bincount, measured
+in `bench/bench_three_steps.py`), and the logit-table step spends as long on its softmax rows and
+small (B, L) operations as on its bags. The loops here make each pass once, and `lib.counts` uses them
+when they load:
 
-  pair_count   the limit mode's count table (pass 1)
-  beta         the limit mode's beta_n and its token-weighted sum (pass 2)
-  attend       the limit mode's hard attention, argmax with the first maximum winning (pass 3)
-  rows         the logit-table step's softmax rows: logits, error, loss, hits and two dot products
+  pair_count    the limit mode's count table (pass 1)
+  beta_counts   the limit mode's beta_n and its token-weighted sum (pass 2)
+  attend        the limit mode's hard attention, argmax with the first maximum winning (pass 3)
+  attention     the logit-table step's attention weights (softmax over the keys)
+  forward_bag   its logits, sum_t a_t T[x_t], a block of columns at a time (the block stays in cache)
+  softmax_rows  its error rows softmax(xi) - e_y with the loss, the hits and every per-sample sum
+                of both gradients (into `RowSums`, one accumulator per thread)
+  reverse_bag   its reverse bag P_j = sum over positions holding j of a err_n, through the batch's
+                `lib.tokens.TokenIndex`, a block of columns at a time
 
 The C file is compiled with the system's C compiler (`cc`, or $CC) into a cache folder
 ($RECALL_NATIVE_CACHE, else ~/.cache/recall-native), keyed by the source, the flags and the CPU;
@@ -89,7 +95,10 @@ def _load():
             getattr(lib, "attend_" + suffix).argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, real, real, i64, ptr]
             getattr(lib, "beta_" + suffix).argtypes = [ptr, ptr, i64, i64, i64, i64, ptr, ptr, f64, ptr, ptr]
             getattr(lib, "rows_" + suffix).argtypes = [i64, i64, i64, ptr, ptr, i64, ptr, ptr, ptr, real, real, ptr,
-                                                       i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr]
+                                                       ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, ptr, i64, i64,
+                                                       ptr, ptr]
+            getattr(lib, "attention_" + suffix).argtypes = [ptr, ptr, i64, i64, i64, ptr, real, real, i64, i64, ptr,
+                                                            ptr, ptr, ptr]
             getattr(lib, "forward_bag_" + suffix).argtypes = [ptr, ptr, i64, i64, i64, i64, ptr, i64, ptr]
             getattr(lib, "reverse_bag_" + suffix).argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, i64,
                                                               ptr, ptr, ptr]
@@ -132,6 +141,14 @@ def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr())
 
 
+def _check_ids(name: str, ids: torch.Tensor, ndim: int) -> None:
+    """The loops read ids as raw int32 memory: anything else would be read wrongly, so refuse it."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int32 or ids.dim() != ndim or not ids.is_contiguous() \
+            or ids.device.type != "cpu":
+        raise ValueError(f"{name} must be a contiguous int32 CPU tensor with {ndim} dimension(s), got "
+                         f"{getattr(ids, 'dtype', type(ids))} {tuple(getattr(ids, 'shape', ()))}")
+
+
 def _contiguous(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.to(dtype).contiguous()
 
@@ -143,8 +160,9 @@ def _parts(n: int) -> int:
 def pair_count(tokens: torch.Tensor, informative: torch.Tensor, V: int, V_in: int) -> torch.Tensor:
     """(V, V_in) int64: entry (i, j) counts the positions holding token j in samples whose
     informative token is i (tokens (N, L) int32 with N L < 2^31, informative (N,))."""
+    _check_ids("tokens", tokens, 2)
     lib = _load()
-    tok, inf = tokens.contiguous(), _contiguous(informative, torch.long)
+    tok, inf = tokens, _contiguous(informative, torch.long)
     N, L = tok.shape
     parts = _parts(N)
     out = torch.zeros(parts, V, V_in, dtype=torch.int32)              # one table per thread
@@ -156,8 +174,9 @@ def beta_counts(tokens: torch.Tensor, informative: torch.Tensor, D: torch.Tensor
                 K: int) -> tuple[torch.Tensor, float]:
     """((V_in,) sum_n beta_n c_n, sum_n beta_n) in float64, with beta_n = (sum_t D[x*_n, x_t] + s_w[x*_n]) / K
     (D (V, V_in), s_w (V,)): pass 2 of the limit mode."""
+    _check_ids("tokens", tokens, 2)
     lib = _load()
-    tok, inf = tokens.contiguous(), _contiguous(informative, torch.long)
+    tok, inf = tokens, _contiguous(informative, torch.long)
     D, s_w = D.contiguous(), _contiguous(s_w, D.dtype)
     fn = getattr(lib, "beta_" + _suffix(D.dtype))
     N, L = tok.shape
@@ -173,8 +192,9 @@ def attend(tokens: torch.Tensor, pos: torch.Tensor, informative: torch.Tensor, S
     """(N,) int64 ids x*_n + g_n V with g_n what hard attention reads (the attended token, V_in for
     the trigger's position, V_in + 1 for EOS; argmax's first maximum wins): pass 3 of the limit mode.
     The scores S (V_in,), bonus and s_eos must be finite."""
+    _check_ids("tokens", tokens, 2)
     lib = _load()
-    tok, p, inf = tokens.contiguous(), _contiguous(pos, torch.long), _contiguous(informative, torch.long)
+    tok, p, inf = tokens, _contiguous(pos, torch.long), _contiguous(informative, torch.long)
     S = S.contiguous()
     fn = getattr(lib, "attend_" + _suffix(S.dtype))
     N, L = tok.shape
@@ -185,42 +205,74 @@ def attend(tokens: torch.Tensor, pos: torch.Tensor, informative: torch.Tensor, S
     return ids
 
 
+def attention(tokens: torch.Tensor, pos: torch.Tensor, S: torch.Tensor, bonus: float, s_eos: float | None,
+              split: bool, a_bag: torch.Tensor, a_l: torch.Tensor, a_eos: torch.Tensor | None,
+              rest: torch.Tensor) -> None:
+    """The attention weights of a chunk (tokens (B, L) int32): the softmax over the keys of the scores
+    S[x_t] (+ bonus at the trigger's position) and s_eos (the EOS key, if not None). Writes the weights
+    of the L positions into a_bag (B, L), with the trigger's set to 0 when `split`; a_{n,l} into a_l,
+    the EOS key's into a_eos, and sum_{t != l} a_{n,t} + a_{n,EOS} into rest (B,)."""
+    _check_ids("tokens", tokens, 2)
+    lib = _load()
+    fn = getattr(lib, "attention_" + _suffix(S.dtype))
+    B, L = tokens.shape
+    fn(_ptr(tokens), _ptr(_contiguous(pos, torch.long)), B, _parts(B), L, _ptr(S.contiguous()), float(bonus),
+       0.0 if s_eos is None else float(s_eos), int(s_eos is not None), int(split), _ptr(a_bag), _ptr(a_l),
+       ctypes.c_void_p(None) if a_eos is None else _ptr(a_eos), _ptr(rest))
+
+
+class RowSums:
+    """What the softmax rows of a step add up, one accumulator per thread (float64), summed by `totals`:
+    the loss and the hits; with `sums`, sum_n tiv a_{n,l} err_n and sum_n a_{n,EOS} err_n (V,) each;
+    with `ds`, the attention gradient's token sums (V_in,), its trigger and EOS sums."""
+
+    def __init__(self, V: int, V_in: int, sums: bool, ds: bool):
+        P = torch.get_num_threads()
+        self.V, self.V_in = V, V_in
+        # one row per thread, rows a multiple of 64 bytes long plus 64 more: no cache line is shared
+        self.ld = (max(2 * V, V_in + 2) + 7) // 8 * 8 + 8
+        self.stats = torch.zeros(P, 8, dtype=torch.float64)
+        self.sums = torch.zeros(P, self.ld, dtype=torch.float64) if sums else None
+        self.ds = torch.zeros(P, self.ld, dtype=torch.float64) if ds else None
+
+    def totals(self):
+        """(loss sum, hits, sums (2, V) or None, ds (V_in + 2,) or None), all float64 but the hits."""
+        stats = self.stats.sum(0)
+        return (float(stats[0]), int(stats[1]),
+                None if self.sums is None else self.sums.sum(0)[:2 * self.V].view(2, self.V),
+                None if self.ds is None else self.ds.sum(0)[:self.V_in + 2])
+
+
 def softmax_rows(xi_rest: torch.Tensor, table: torch.Tensor, informative: torch.Tensor, a_l: torch.Tensor,
-                 xi_z: torch.Tensor, split: bool, tiv: float, labels: torch.Tensor, want_dots: bool,
-                 err: torch.Tensor, r_rest: torch.Tensor, r_l: torch.Tensor, a_eos: torch.Tensor | None = None,
-                 xi_q: torch.Tensor | None = None, sums: torch.Tensor | None = None,
-                 r_q: torch.Tensor | None = None) -> tuple[float, int]:
-    """The softmax rows of the logit-table step, for a chunk of B samples (one float dtype; rows of
-    `table` and `err` may be padded, see `padded`; the rest contiguous): with
-    xi_n = xi_rest_n + split a_n T[x*_n] + tiv a_n xi_z, writes err_n = softmax(xi_n) - e_{y_n} into err
-    (B, V) and, if want_dots, err_n . xi_rest_n into r_rest and err_n . (T[x*_n] + tiv xi_z) into r_l (B,).
-    With `sums` (2, V), adds sum_n tiv a_n err_n to sums[0] (if tiv) and sum_n a_eos[n] err_n to sums[1]
-    (if a_eos is given), and with xi_q writes err_n . xi_q into r_q. Returns (sum of the losses, number
-    of rows whose first maximum is the label)."""
+                 xi_z: torch.Tensor, split: bool, tiv: float, a_eos: torch.Tensor | None, xi_q: torch.Tensor,
+                 labels: torch.Tensor, err: torch.Tensor, acc: RowSums, tokens: torch.Tensor | None = None,
+                 a_bag: torch.Tensor | None = None, rest: torch.Tensor | None = None) -> None:
+    """The softmax rows of the logit-table step for a chunk of B samples (one float dtype; rows of
+    `table` and `err` may be padded, see `padded`; the rest contiguous): with the logits
+    xi_n = xi_rest_n + split a_n T[x*_n] + tiv a_n xi_z + a_eos[n] xi_q, writes
+    err_n = softmax(xi_n) - e_{y_n} into err (B, V) and adds to `acc` (a `RowSums`) the loss, the hits
+    (rows whose first maximum is the label) and, as `acc` asks: the value gradient's trigger and EOS
+    sums, and the attention gradient's sums (which need `tokens`, `a_bag` and `rest` from `attention`,
+    and split; lib/native.c says what is added)."""
+    if tokens is not None:
+        _check_ids("tokens", tokens, 2)
     lib = _load()
     fn = getattr(lib, "rows_" + _suffix(xi_rest.dtype))
     B, V = xi_rest.shape
-    parts = _parts(B)
-    inf, lab = _contiguous(informative, torch.long), _contiguous(labels, torch.long)
-    loss = torch.empty(B, dtype=torch.float64)
-    hit = torch.empty(B, dtype=torch.long)
-    w_trig = a_l if sums is not None and tiv else None
-    w_eos = a_eos.contiguous() if sums is not None and a_eos is not None else None
-    acc = torch.zeros(parts, 2, V, dtype=torch.float64) if sums is not None else None   # 10^6 rows: float64
     null = ctypes.c_void_p(None)
     opt = lambda t: null if t is None else _ptr(t)                     # noqa: E731
-    fn(B, parts, V, _ptr(xi_rest), _ptr(table), table.stride(0), _ptr(inf), _ptr(a_l), _ptr(xi_z), float(split),
-       float(tiv), _ptr(lab), int(want_dots), _ptr(err), err.stride(0), _ptr(r_rest), _ptr(r_l), _ptr(loss), _ptr(hit),
-       opt(w_trig), opt(w_eos), opt(acc), opt(xi_q), opt(r_q))
-    if sums is not None:
-        sums += acc.sum(0).to(sums.dtype)
-    return float(loss.sum()), int(hit.sum())
+    L = 0 if tokens is None else tokens.shape[1]
+    fn(B, _parts(B), V, _ptr(xi_rest), _ptr(table), table.stride(0), _ptr(_contiguous(informative, torch.long)),
+       _ptr(a_l), _ptr(xi_z), float(split), float(tiv), opt(a_eos), _ptr(xi_q), _ptr(_contiguous(labels, torch.long)),
+       _ptr(err), err.stride(0), _ptr(acc.stats), int(acc.sums is not None), opt(acc.sums), opt(acc.ds), acc.ld,
+       opt(tokens), L, acc.V_in, opt(a_bag), opt(rest))
 
 
 def forward_bag(tokens: torch.Tensor, a: torch.Tensor, table: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """out (B, V) = sum_t a[n, t] table[tokens[n, t]]: `embedding_bag(tokens, table, mode="sum",
     per_sample_weights=a)`, column block by column block (tokens (B, L) int32, a (B, L), table (V_in, V),
     all contiguous and of one float dtype)."""
+    _check_ids("tokens", tokens, 2)
     lib = _load()
     fn = getattr(lib, "forward_bag_" + _suffix(table.dtype))
     B, L = tokens.shape
@@ -234,6 +286,8 @@ def reverse_bag(order: torch.Tensor, offsets: torch.Tensor, a: torch.Tensor, err
     holding token j of a[n, t] err[n], from the positions sorted by token (`order` (B L,) int32) and
     each token's first place in it (`offsets` (V_in,) int32) of a `lib.tokens.TokenIndex`. `work`:
     int32 and float buffers of B L entries (`TokenIndex.work_buffers`). All contiguous, on the CPU."""
+    _check_ids("order", order, 1)
+    _check_ids("offsets", offsets, 1)
     lib = _load()
     fn = getattr(lib, "reverse_bag_" + _suffix(err.dtype))
     B, L = a.shape

@@ -89,46 +89,86 @@ def test_forward_and_reverse_bags_equal_embedding_bag(dtype, V, L, N):
 
 @needs_native
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("split,tiv,dots,eos", [(True, 1.0, True, True), (False, 1.0, False, False),
-                                                (True, 0.0, True, False), (False, 0.0, False, True)])
-def test_softmax_rows_equal_torch(dtype, split, tiv, dots, eos):
-    """Logits, error, loss, hits (ties included: the first maximum wins), the dot products and sums."""
-    N, V, V_in = 97, 70, 73
+@pytest.mark.parametrize("eos", [False, True])
+@pytest.mark.parametrize("split", [False, True])
+def test_attention_weights_equal_torch_softmax(dtype, eos, split):
+    N, L, V_in = 300, 9, 40
+    tokens, g = _tokens(N, L, V_in, 7)
+    pos = torch.randint(0, L, (N,), generator=g)
+    S = 3 * torch.randn(V_in, generator=g, dtype=dtype)
+    bonus, s_eos = 2.5, 0.7
+    a_bag, a_l, rest = torch.empty(N, L, dtype=dtype), torch.empty(N, dtype=dtype), torch.empty(N, dtype=dtype)
+    a_eos = torch.empty(N, dtype=dtype) if eos else None
+    native.attention(tokens, pos, S, bonus, s_eos if eos else None, split, a_bag, a_l, a_eos, rest)
+    sc = S[tokens.long()] + bonus * Fn.one_hot(pos, L).to(dtype)
+    if eos:
+        sc = torch.cat([sc, torch.full((N, 1), s_eos, dtype=dtype)], 1)
+    a = torch.softmax(sc, 1)
+    tol = 1e-6 if dtype == torch.float32 else 1e-14
+    want_bag = a[:, :L].clone()
+    want_l = want_bag.gather(1, pos[:, None])[:, 0]
+    if split:
+        want_bag.scatter_(1, pos[:, None], 0.0)
+    assert rel(a_bag, want_bag) < tol and rel(a_l, want_l) < tol
+    assert rel(rest, a.sum(1) - want_l) < tol
+    if eos:
+        assert rel(a_eos, a[:, L]) < tol
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("split,tiv,eos", [(True, 1.0, True), (False, 1.0, False), (True, 0.0, False),
+                                           (False, 0.0, True)])
+def test_softmax_rows_equal_torch(dtype, split, tiv, eos):
+    """Logits, error, loss, hits (ties included: the first maximum wins), and the sums of both
+    gradients, against the formulas written out in torch."""
+    N, V, V_in, L = 97, 70, 73, 5
     g = torch.Generator().manual_seed(1)
     xi_rest = 4 * torch.randn(N, V, generator=g, dtype=dtype)
     table = native.padded(V_in, V, dtype).copy_(torch.randn(V_in, V, generator=g, dtype=dtype))
     inf = torch.randint(0, V_in, (N,), generator=g)
+    tokens = torch.randint(0, V_in, (N, L), generator=g, dtype=torch.int32)
+    a_bag, rest = torch.rand(N, L, generator=g, dtype=dtype), torch.rand(N, generator=g, dtype=dtype)
     a_l = torch.rand(N, generator=g, dtype=dtype)
-    a_eos = torch.rand(N, generator=g, dtype=dtype)
+    a_eos = torch.rand(N, generator=g, dtype=dtype) if eos else None
+    ce = a_eos if eos else torch.zeros(N, dtype=dtype)
     xi_z, xi_q = torch.randn(V, generator=g, dtype=dtype), torch.randn(V, generator=g, dtype=dtype)
     labels = torch.randint(0, V, (N,), generator=g)
-    # ties: in rows 0-2 (a_l = 0 there, so that the logits are xi_rest exactly in both) the label's logit
-    # equals the maximum, held by an earlier entry (row 0: the label is not first), a later one, or both
+    # ties: in rows 0-2 (a_l = a_eos = 0 there, so that the logits are xi_rest exactly in both) the label's
+    # logit equals the maximum, held by an earlier entry (row 0: the label is not first), a later one, or both
     a_l[:3] = 0
+    ce[:3] = 0
     for n, others in ((0, (0,)), (1, (V - 1,)), (2, (3, V - 2))):
         j = labels[n].item()
         for k in others:
             k = k if k != j else (j + 1) % V
             xi_rest[n, k] = xi_rest[n].max() + 1.0
         xi_rest[n, j] = xi_rest[n].max()
-    xi = xi_rest + split * a_l[:, None] * table[inf] + tiv * a_l[:, None] * xi_z
+    xi = xi_rest + split * a_l[:, None] * table[inf] + tiv * a_l[:, None] * xi_z + ce[:, None] * xi_q
     err = native.padded(N, V, dtype)
-    r = torch.zeros(3, N, dtype=dtype)
-    sums = torch.zeros(2, V, dtype=dtype)
-    loss, hits = native.softmax_rows(xi_rest, table, inf, a_l, xi_z, split, tiv, labels, dots, err, r[0], r[1],
-                                     a_eos=a_eos if eos else None, xi_q=xi_q if eos else None, sums=sums,
-                                     r_q=r[2] if eos else None)
+    acc = native.RowSums(V, V_in, sums=True, ds=split)
+    native.softmax_rows(xi_rest, table, inf, a_l, xi_z, split, tiv, a_eos, xi_q, labels, err, acc, tokens, a_bag, rest)
+    loss, hits, sums, ds = acc.totals()
     want_err = torch.softmax(xi, 1) - Fn.one_hot(labels, V).to(dtype)
     tol = 2e-6 if dtype == torch.float32 else 1e-13
     assert rel(err, want_err) < tol
     assert loss == pytest.approx(float(Fn.cross_entropy(xi.double(), labels, reduction="sum")), rel=tol)
     assert hits == int((xi.argmax(1) == labels).sum())
-    if dots:
-        assert rel(r[0], (want_err * xi_rest).sum(1)) < 10 * tol
-        assert rel(r[1], (want_err * (table[inf] + tiv * xi_z)).sum(1)) < 10 * tol
-    assert rel(sums[0], tiv * a_l @ want_err) < tol if tiv else sums[0].abs().max() == 0
-    if eos:
-        assert rel(sums[1], a_eos @ want_err) < tol and rel(r[2], want_err @ xi_q) < 10 * tol
+    assert rel(sums[0], (tiv * a_l @ want_err).double()) < tol if tiv else sums[0].abs().max() == 0
+    assert rel(sums[1], (ce @ want_err).double()) < tol if eos else sums[1].abs().max() == 0
+    if split:
+        r_rest = (want_err * (xi_rest + ce[:, None] * xi_q)).sum(1)
+        r_l = (want_err * (table[inf] + tiv * xi_z)).sum(1)
+        beta = r_rest + a_l * r_l
+        ds_l = a_l * (rest * r_l - r_rest)
+        want = torch.zeros(V_in + 2, dtype=torch.float64)
+        want.index_add_(0, inf, ds_l.double()).index_add_(0, tokens.reshape(-1).long(),
+                                                          -(a_bag * beta[:, None]).reshape(-1).double())
+        want[V_in] = ds_l.sum()
+        want[V_in + 1] = (ce * (want_err @ xi_q - beta)).sum()
+        assert rel(ds, want) < 50 * tol
+    else:
+        assert acc.ds is None
 
 
 @needs_native
@@ -213,3 +253,18 @@ def test_non_finite_logits_fall_back_to_torch():
     with native.disabled():
         b = count_gradients(problem, params, batch, tables=True)
     assert (a.loss == b.loss) or (a.loss != a.loss and b.loss != b.loss)
+
+
+@needs_native
+def test_the_loops_refuse_ids_they_would_misread():
+    a = torch.rand(4, 3)
+    table = torch.rand(5, 6)
+    with pytest.raises(ValueError, match="tokens must be a contiguous int32"):
+        native.forward_bag(torch.zeros(4, 3, dtype=torch.long), a, table, torch.empty(4, 6))
+    with pytest.raises(ValueError, match="tokens must be a contiguous int32"):
+        native.forward_bag(torch.zeros(3, 4, dtype=torch.int32).T, a, table, torch.empty(4, 6))
+    with pytest.raises(ValueError, match="order must be"):
+        native.reverse_bag(torch.zeros(12, dtype=torch.long), torch.zeros(5, dtype=torch.int32), a, torch.rand(4, 6),
+                           torch.zeros(5, 6), (torch.empty(12, dtype=torch.int32), torch.empty(12)))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        native.forward_bag(torch.zeros(4, 3, dtype=torch.int32), a.half(), table.half(), torch.empty(4, 6).half())
