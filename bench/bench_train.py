@@ -3,7 +3,8 @@ measured in the same run, and a long Adam run.
 
   floor    : one torch.bincount over the same N L token ids;
   autograd : one step of the reference trainer `lib.trainer.train_transformer` (torch autograd through
-             the token-id forward pass, chunked, same N, same parameters), loss + both gradients;
+             the token-id forward pass, chunked, same N, same parameters), loss + both gradients, timed
+             in rounds interleaved with the count steps (a drift of a shared machine reaches both);
   count    : one full-batch gradient of the count route (`lib.counts.count_gradients`, what each step of
              `lib.train` computes; its Adam update is O(d^2)), median of --repeat; at L <= d it takes the logit-table
              route (`lib.counts.table_gradients`), whose batch index is built once (timed apart);
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import sys
 import time
 
@@ -36,6 +38,11 @@ from lib.tokens import token_index
 from lib.trainer import TrainConfig, train, train_transformer
 
 from primitives import median_time, table_step_floor
+
+
+def _torch_only(fn):
+    with lib.native.disabled():
+        return fn()
 
 
 def peak_mib() -> float:
@@ -74,12 +81,27 @@ def main() -> None:
     del fresh
     print(f"lib.native (fused C loops): {'on' if lib.native.available() else 'OFF (no C compiler, or RECALL_NATIVE=0)'}",
           flush=True)
-    count = median_time(lambda: count_gradients(problem, start, batch), a.repeat)   # the update itself is O(d^2)
-    with lib.native.disabled():
-        count_torch = median_time(lambda: count_gradients(problem, start, batch), a.repeat)
+    count_gradients(problem, start, batch)                        # warm-up (and the peak of the count route)
     peak_count = peak_mib()
+    # count, count on torch primitives and autograd timed in interleaved rounds, so that a drift of
+    # the machine's speed (a shared host) reaches all three alike; medians of each
+    steps = {"count": lambda: count_gradients(problem, start, batch)}   # the update itself is O(d^2)
+    steps["torch"] = lambda: _torch_only(lambda: count_gradients(problem, start, batch))
+    if a.autograd:
+        warm = lib.sample_batch(problem, 2048, 1)        # autograd's one-time start-up cost is not a step
+        train_transformer(problem, warm, TrainConfig(steps=0, lr=a.lr, optimizer="adam"), init=start)
+        steps["autograd"] = lambda: train_transformer(problem, batch, TrainConfig(steps=0, lr=a.lr, optimizer="adam"),
+                                                      init=start)
+    rounds = {"count": a.repeat, "torch": a.repeat, "autograd": a.autograd}
+    times = {k: [] for k in steps}
+    for r in range(max(a.repeat, a.autograd)):
+        for k, fn in steps.items():
+            if r < rounds[k]:
+                times[k].append(median_time(fn, 1))
+    count, count_torch = statistics.median(times["count"]), statistics.median(times["torch"])
     print(f"floor    torch.bincount over {ids.numel()} ids: {floor:.4f} s", flush=True)
-    print(f"count    one full-batch gradient (median of {a.repeat}): {count:.3f} s  = {count / floor:.0f} x floor", flush=True)
+    print(f"count    one full-batch gradient (median of {a.repeat}, rounds interleaved with the torch-only and "
+          f"autograd steps): {count:.3f} s  = {count / floor:.0f} x floor", flush=True)
     print(f"         (route: {'logit tables' if lib.counts.uses_tables(problem, start) else 'features'}; "
           f"its batch index, built once before the steps: {t_index:.3f} s)", flush=True)
     print(f"         the same route on torch primitives only (lib.native off): {count_torch:.3f} s "
@@ -92,11 +114,9 @@ def main() -> None:
     print("primitives " + ", ".join(f"{k} {v:.3f} s" for k, v in prim.items())
           + f": the count-route step is {count / prim['sum']:.2f} x their sum", flush=True)
     if a.autograd:
-        warm = lib.sample_batch(problem, 2048, 1)        # autograd's one-time start-up cost is not a step
-        train_transformer(problem, warm, TrainConfig(steps=0, lr=a.lr, optimizer="adam"), init=start)
-        auto = median_time(lambda: train_transformer(problem, batch, TrainConfig(steps=0, lr=a.lr, optimizer="adam"),
-                                                     init=start), a.autograd)
-        print(f"autograd one full-batch step (chunk 8192, median of {a.autograd}): {auto:.3f} s  "
+        auto = statistics.median(times["autograd"])
+        print(f"autograd one full-batch step (chunk 8192, median of {a.autograd}, interleaved with the count steps): "
+              f"{auto:.3f} s  "
               f"= {auto / count:.1f} x the count-route step ({auto / count_torch:.1f} x on torch primitives only; "
               f"{auto / prim['sum']:.1f} x the primitives' sum, the most a route without fused kernels could reach)",
               flush=True)

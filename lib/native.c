@@ -10,6 +10,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #if defined(__SSE__)
 #include <xmmintrin.h>
 /* Subnormal numbers flushed to zero inside the loops (and the thread's mode restored after): products
@@ -171,6 +172,8 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
     FTZ_BEGIN                                                                                          \
     double *restrict at = sums + i * ld_acc, *restrict ae = at + V, *restrict dsi = ds + i * ld_acc;     \
     double loss_i = 0, hits_i = 0, ds_trig = 0, ds_eos = 0;  /* in registers: parts share cache lines */ \
+    /* the trigger's sum of this part's rows in T (few hundred rows), added to the float64 total after */ \
+    T *ft = want_sums && c_tiv != 0 ? (T *)calloc((size_t)V, sizeof(T)) : NULL;                          \
     for (int64_t n = n0; n < n1; n++) {                                                                  \
         const T *restrict xr = xi_rest + n * V;                                                          \
         const T *restrict tl = table + inf[n] * ldt;                                                     \
@@ -200,9 +203,19 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
             s += p;                                                                                      \
         }                                                                                                \
         const T inv = (T)1 / s;                                                                          \
-        const double wt = want_sums ? (double)c2 : 0, we = want_sums ? (double)ce : 0;                   \
+        const T we = want_sums ? ce : (T)0;                                                              \
         T rr = 0, rl = 0, rq = 0;                                                                        \
-        if (ds) {                                                                                        \
+        if (ds && ft) {                       /* normalise, the dots and the trigger's sum, one pass */  \
+            _Pragma("omp simd reduction(+:rr, rl, rq)")                                                  \
+            for (int64_t j = 0; j < V; j++) {                                                            \
+                const T p = e[j] * inv;                                                                  \
+                e[j] = p;                                                                                \
+                rr += p * xr[j];                                                                         \
+                rl += p * (tl[j] + c_tiv * xi_z[j]);                                                     \
+                rq += p * xi_q[j];                                                                       \
+                ft[j] += c2 * p;                                                                         \
+            }                                                                                            \
+        } else if (ds) {                                                                                 \
             _Pragma("omp simd reduction(+:rr, rl, rq)")                                                  \
             for (int64_t j = 0; j < V; j++) {                                                            \
                 const T p = e[j] * inv;                                                                  \
@@ -211,18 +224,18 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
                 rl += p * (tl[j] + c_tiv * xi_z[j]);                                                     \
                 rq += p * xi_q[j];                                                                       \
             }                                                                                            \
+        } else if (ft) {                                                                                 \
+            _Pragma("omp simd")                                                                          \
+            for (int64_t j = 0; j < V; j++) { const T p = e[j] * inv; e[j] = p; ft[j] += c2 * p; }       \
         } else {                                                                                         \
             _Pragma("omp simd")                                                                          \
             for (int64_t j = 0; j < V; j++) e[j] *= inv;                                                 \
         }                                                                                                \
         e[y] -= 1;                                                                                       \
-        if (want_sums && c_tiv != 0) {                                                                   \
-            _Pragma("omp simd")                                                                          \
-            for (int64_t j = 0; j < V; j++) at[j] += wt * e[j];                                          \
-        }                                                                                                \
+        if (ft) ft[y] -= c2;                                                                             \
         if (want_sums && a_eos) {                                                                        \
             _Pragma("omp simd")                                                                          \
-            for (int64_t j = 0; j < V; j++) ae[j] += we * e[j];                                          \
+            for (int64_t j = 0; j < V; j++) ae[j] += (double)(we * e[j]);                                \
         }                                                                                                \
         loss_i += (double)LOG(s) + (double)m - (double)xy;                                               \
         hits_i += (double)h;                                                                             \
@@ -240,6 +253,10 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
             ds_trig += ds_l;                                                                             \
             if (a_eos) ds_eos += (double)ce * ((double)rq - beta);                                       \
         }                                                                                                \
+    }                                                                                                    \
+    if (ft) {                                                                                            \
+        for (int64_t j = 0; j < V; j++) at[j] += (double)ft[j];                                          \
+        free(ft);                                                                                        \
     }                                                                                                    \
     stats[i * 8] += loss_i;                                                                              \
     stats[i * 8 + 1] += hits_i;                                                                          \
