@@ -74,7 +74,7 @@ ATTEND(float, f32)
 ATTEND(double, f64)
 
 /* Pass 2 of the limit mode: beta_n = (sum_t D[x*_n, x_t] + s_w[x*_n]) inv_K, and for every position
- * counts[x_{n,t}] += beta_n; sum[0] += beta_n (accumulated in double). */
+ * counts[x_{n,t}] += beta_n and sums[i] += beta_n (part i's accumulators, in double). */
 #define BETA(T, SUF)                                                                                    \
 void beta_##SUF(const int32_t *tokens, const int64_t *inf, int64_t N, int64_t parts, int64_t L,          \
                 int64_t V_in, const T *D, const T *s_w, double inv_K, double *counts_all, double *sums) { \
