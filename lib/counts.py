@@ -202,7 +202,8 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
     w = params.W_KQ @ q
     M = U @ params.W_V                                                 # (V, d)
     T = E @ M.T                                                        # (V_in, V)
-    if native.usable(batch.tokens, T):                                 # lib.native's fused loops
+    if (native.usable(batch.tokens, T) and native.ids_in_range(batch, cfg.V, cfg.V_in, cfg.L)
+            and all(bool(torch.isfinite(t).all()) for t in (T, w, M))):   # lib.native's loops: finite tables
         sums = _table_sums_native(problem, batch, w, M, T, need_V, need_W)
         if not math.isfinite(sums.loss):                               # they assume finite logits:
             with native.disabled():                                    # torch's route says what these give
@@ -259,7 +260,7 @@ def _table_sums_native(problem: Problem, batch: Batch, w, M, T, need_V: bool, ne
     a_eos = torch.empty(B, dtype=dt) if cfg.eos_key else None
     P = torch.zeros(cfg.V_in, V, dtype=dt)                             # every position but l, if need_W
     Q = torch.zeros(cfg.V_in, V, dtype=dt) if need_W and need_V else None
-    acc = native.RowSums(V, cfg.V_in, sums=need_V, ds=need_W)
+    acc = native.RowSums(V, cfg.V_in, sums=need_V, ds=need_W, dtype=dt)
     work = index.work_buffers(B * L, dt)
     for c, (start, b) in enumerate(zip(range(0, N, size), chunks(batch, size, widen=False))):
         n = b.N
@@ -354,7 +355,6 @@ def _table_sums_torch(problem: Problem, batch: Batch, w, M, T, need_V: bool, nee
 
 PASS_SAMPLES = 2 ** 14   # samples per chunk of the token passes: (chunk, L) ids stay in cache
 TABLE_PASS_SAMPLES = 2 ** 16   # pass 1: each chunk's bincount allocates the whole V x V_in table, so fewer chunks
-NATIVE_TABLE_ENTRIES = 2 ** 26   # the C pass 1 keeps one int32 V x V_in table per thread: at most 256 MiB each
 
 
 def count_chunk_size(problem: Problem) -> int:
@@ -383,7 +383,7 @@ def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES)
     cfg = problem.cfg
     dt, dev = problem.E.dtype, batch.tokens.device
     n = torch.bincount(batch.informative, minlength=cfg.V).to(dt)
-    if native.usable(batch.tokens) and cfg.V * cfg.V_in <= NATIVE_TABLE_ENTRIES:   # one fused loop
+    if native.usable(batch.tokens) and native.ids_in_range(batch, cfg.V, cfg.V_in, cfg.L, tokens=False):
         return native.pair_count(batch.tokens, batch.informative, cfg.V, cfg.V_in).T.to(dt), n
     A_T = torch.zeros(cfg.V * cfg.V_in, dtype=torch.long, device=dev)  # (V, V_in), flattened
     buf = torch.empty(min(size, batch.N), cfg.L, dtype=id_dtype(problem, batch), device=dev)
@@ -474,7 +474,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
         pair_term = (E.T @ (A * D.T).sum(1) + tiv * (E_content.T @ (n * z_w)) + (n @ e_w) * z
                      + tiv * (n @ z_w) * z)
         s_w = W @ s                                                    # (V,)
-        if native.usable(batch.tokens, D):                             # one fused loop
+        if native.usable(batch.tokens, D) and native.ids_in_range(batch, V, cfg.V_in, L, tokens=False):
             counts64, sum64 = native.beta_counts(batch.tokens, batch.informative, D, s_w, K)
             beta_counts, beta_sum = counts64.to(dt), torch.tensor(sum64, dtype=dt, device=dev)
         else:
@@ -497,7 +497,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     S = E @ k                                                          # (V_in,): scores of plain tokens
     bonus, s_eos = z @ k, q @ k
     finite = bool(torch.isfinite(S).all()) and math.isfinite(float(bonus)) and math.isfinite(float(s_eos))
-    if native.usable(batch.tokens, S) and finite:                      # one fused loop, argmax's rule
+    if native.usable(batch.tokens, S) and finite and native.ids_in_range(batch, V, cfg.V_in, L, tokens=False):
         ids = native.attend(batch.tokens, batch.pos, batch.informative, S, float(bonus),
                             float(s_eos) if cfg.eos_key else None, V)
     else:

@@ -10,7 +10,6 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #if defined(__SSE__)
 #include <xmmintrin.h>
 /* Subnormal numbers flushed to zero inside the loops (and the thread's mode restored after): products
@@ -164,7 +163,8 @@ ATTN(double, f64, exp)
 void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *table, int64_t ldt,       \
                 const int64_t *inf, const T *a_l, const T *xi_z, T c_split, T c_tiv, const T *a_eos,     \
                 const T *xi_q, const int64_t *labels, T *err, int64_t lde, double *stats,                \
-                int64_t want_sums, double *sums, double *ds, int64_t ld_acc, const int32_t *tokens,       \
+                int64_t want_sums, double *sums, T *scratch, double *ds, int64_t ld_acc,                 \
+                const int32_t *tokens,                                                                   \
                 int64_t L, int64_t V_in, const T *a_bag, const T *rest) {                                \
     _Pragma("omp parallel for schedule(static, 1)")                                                      \
     for (int64_t i = 0; i < parts; i++) {                                                                \
@@ -172,8 +172,9 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
     FTZ_BEGIN                                                                                          \
     double *restrict at = sums + i * ld_acc, *restrict ae = at + V, *restrict dsi = ds + i * ld_acc;     \
     double loss_i = 0, hits_i = 0, ds_trig = 0, ds_eos = 0;  /* in registers: parts share cache lines */ \
-    /* the trigger's sum of this part's rows in T (few hundred rows), added to the float64 total after */ \
-    T *ft = want_sums && c_tiv != 0 ? (T *)calloc((size_t)V, sizeof(T)) : NULL;                          \
+    /* the trigger's sum of this part's rows in T (scratch, few hundred rows), added to the float64 total */ \
+    T *ft = want_sums && c_tiv != 0 ? scratch + i * ld_acc : NULL;                                       \
+    if (ft) for (int64_t j = 0; j < V; j++) ft[j] = 0;                                                   \
     for (int64_t n = n0; n < n1; n++) {                                                                  \
         const T *restrict xr = xi_rest + n * V;                                                          \
         const T *restrict tl = table + inf[n] * ldt;                                                     \
@@ -256,7 +257,6 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
     }                                                                                                    \
     if (ft) {                                                                                            \
         for (int64_t j = 0; j < V; j++) at[j] += (double)ft[j];                                          \
-        free(ft);                                                                                        \
     }                                                                                                    \
     stats[i * 8] += loss_i;                                                                              \
     stats[i * 8 + 1] += hits_i;                                                                          \

@@ -16,7 +16,7 @@ when they load:
   reverse_bag   its reverse bag P_j = sum over positions holding j of a err_n, through the batch's
                 `lib.tokens.TokenIndex`, a block of columns at a time
 
-The C file is compiled with the system's C compiler (`cc`, or $CC) into a cache folder
+The C file is compiled with the system's C compiler (gcc, else cc, or $CC) into a cache folder
 ($RECALL_NATIVE_CACHE, else ~/.cache/recall-native), keyed by the source, the flags and the CPU;
 `available()` says whether it loaded. Set RECALL_NATIVE=0 to turn it off (the torch route is then
 used everywhere, as it is on GPUs, without a compiler, or for tokens that are not int32). The tests
@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("native.c")
+PAIR_TABLE_ENTRIES = 2 ** 26   # pair_count's per-thread int32 tables, all threads together (256 MiB)
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
 
 _state: dict = {}
@@ -70,8 +71,9 @@ def _build(cc: str) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         obj, so = Path(tmp) / "native.o", Path(tmp) / "native.so"
-        subprocess.run([cc, *FLAGS, "-c", str(SOURCE), "-o", str(obj)], check=True, capture_output=True)
-        subprocess.run([cc, "-shared", "-fopenmp", str(obj), "-o", str(so), "-lm"], check=True, capture_output=True)
+        subprocess.run([cc, *FLAGS, "-c", str(SOURCE), "-o", str(obj)], check=True, capture_output=True, timeout=300)
+        subprocess.run([cc, "-shared", "-fopenmp", str(obj), "-o", str(so), "-lm"], check=True, capture_output=True,
+                       timeout=300)
         os.replace(so, lib_path)                                       # atomic: concurrent builds agree
     return lib_path
 
@@ -81,11 +83,11 @@ def _load():
         return _state["lib"]
     lib = None
     if os.environ.get("RECALL_NATIVE", "1") != "0":
-        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+        cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")   # gcc: torch's libgomp
         if cc:
             try:
                 lib = ctypes.CDLL(str(_build(cc)))
-            except (OSError, subprocess.CalledProcessError) as err:
+            except Exception as err:                                  # no home, a failing compiler, ...: off
                 _state["error"] = err
                 lib = None
     if lib is not None:
@@ -95,8 +97,8 @@ def _load():
             getattr(lib, "attend_" + suffix).argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, real, real, i64, ptr]
             getattr(lib, "beta_" + suffix).argtypes = [ptr, ptr, i64, i64, i64, i64, ptr, ptr, f64, ptr, ptr]
             getattr(lib, "rows_" + suffix).argtypes = [i64, i64, i64, ptr, ptr, i64, ptr, ptr, ptr, real, real, ptr,
-                                                       ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, ptr, i64, i64,
-                                                       ptr, ptr]
+                                                       ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, ptr, i64, ptr, i64,
+                                                       i64, ptr, ptr]
             getattr(lib, "attention_" + suffix).argtypes = [ptr, ptr, i64, i64, i64, ptr, real, real, i64, i64, ptr,
                                                             ptr, ptr, ptr]
             getattr(lib, "forward_bag_" + suffix).argtypes = [ptr, ptr, i64, i64, i64, i64, ptr, i64, ptr]
@@ -125,8 +127,20 @@ def disabled():
 def usable(tokens: torch.Tensor, *tensors: torch.Tensor) -> bool:
     """Whether the loops apply to a batch's token ids (int32, on the CPU, fewer than 2^31 of them)
     and to the other tensors (on the CPU), and are not turned off."""
-    return (not _state.get("off", False) and tokens.dtype == torch.int32 and tokens.numel() < 2 ** 31
-            and all(t.device.type == "cpu" for t in (tokens, *tensors)) and available())
+    return (not _state.get("off", False) and tokens.dtype == torch.int32 and tokens.is_contiguous()
+            and tokens.numel() < 2 ** 31 and all(t.device.type == "cpu" for t in (tokens, *tensors)) and available())
+
+
+def ids_in_range(batch, V: int, V_in: int, L: int, tokens: bool = True) -> bool:
+    """Whether the batch's ids lie where the loops index with them (they read raw memory: an id out
+    of range must take the torch route, which reports it): positions in [0, L), labels and informative
+    tokens in [0, V) and, with `tokens`, every token in [0, V_in) (one pass over the ids, which
+    `lib.task.check_batch` already made for batches that came through the public functions)."""
+    def inside(t: torch.Tensor, top: int) -> bool:
+        lo, hi = torch.aminmax(t)
+        return int(lo) >= 0 and int(hi) < top
+    return (inside(batch.pos, L) and inside(batch.labels, V) and (not tokens or inside(batch.tokens, V_in))
+            and inside(batch.informative, V))                          # the positions first: they index the tokens
 
 
 def _suffix(dtype: torch.dtype) -> str:
@@ -164,8 +178,8 @@ def pair_count(tokens: torch.Tensor, informative: torch.Tensor, V: int, V_in: in
     lib = _load()
     tok, inf = tokens, _contiguous(informative, torch.long)
     N, L = tok.shape
-    parts = _parts(N)
-    out = torch.zeros(parts, V, V_in, dtype=torch.int32)              # one table per thread
+    parts = max(1, min(_parts(N), PAIR_TABLE_ENTRIES // (V * V_in)))  # one table per thread, 256 MiB in all
+    out = torch.zeros(parts, V, V_in, dtype=torch.int32)
     lib.pair_count(_ptr(tok), _ptr(inf), N, parts, L, V, V_in, _ptr(out))
     return out.sum(0, dtype=torch.long)
 
@@ -216,7 +230,8 @@ def attention(tokens: torch.Tensor, pos: torch.Tensor, S: torch.Tensor, bonus: f
     lib = _load()
     fn = getattr(lib, "attention_" + _suffix(S.dtype))
     B, L = tokens.shape
-    fn(_ptr(tokens), _ptr(_contiguous(pos, torch.long)), B, _parts(B), L, _ptr(S.contiguous()), float(bonus),
+    pos, S = _contiguous(pos, torch.long), S.contiguous()             # kept alive through the call
+    fn(_ptr(tokens), _ptr(pos), B, _parts(B), L, _ptr(S), float(bonus),
        0.0 if s_eos is None else float(s_eos), int(s_eos is not None), int(split), _ptr(a_bag), _ptr(a_l),
        ctypes.c_void_p(None) if a_eos is None else _ptr(a_eos), _ptr(rest))
 
@@ -226,12 +241,13 @@ class RowSums:
     the loss and the hits; with `sums`, sum_n tiv a_{n,l} err_n and sum_n a_{n,EOS} err_n (V,) each;
     with `ds`, the attention gradient's token sums (V_in,), its trigger and EOS sums."""
 
-    def __init__(self, V: int, V_in: int, sums: bool, ds: bool):
+    def __init__(self, V: int, V_in: int, sums: bool, ds: bool, dtype: torch.dtype = torch.float64):
         P = torch.get_num_threads()
         self.V, self.V_in = V, V_in
         # one row per thread, rows a multiple of 64 bytes long plus 64 more: no cache line is shared
         self.ld = (max(2 * V, V_in + 2) + 7) // 8 * 8 + 8
         self.stats = torch.zeros(P, 8, dtype=torch.float64)
+        self.scratch = torch.zeros(P, self.ld, dtype=dtype) if sums else None   # a part's float sums
         self.sums = torch.zeros(P, self.ld, dtype=torch.float64) if sums else None
         self.ds = torch.zeros(P, self.ld, dtype=torch.float64) if ds else None
 
@@ -262,9 +278,11 @@ def softmax_rows(xi_rest: torch.Tensor, table: torch.Tensor, informative: torch.
     null = ctypes.c_void_p(None)
     opt = lambda t: null if t is None else _ptr(t)                     # noqa: E731
     L = 0 if tokens is None else tokens.shape[1]
-    fn(B, _parts(B), V, _ptr(xi_rest), _ptr(table), table.stride(0), _ptr(_contiguous(informative, torch.long)),
-       _ptr(a_l), _ptr(xi_z), float(split), float(tiv), opt(a_eos), _ptr(xi_q), _ptr(_contiguous(labels, torch.long)),
-       _ptr(err), err.stride(0), _ptr(acc.stats), int(acc.sums is not None), opt(acc.sums), opt(acc.ds), acc.ld,
+    inf, lab = _contiguous(informative, torch.long), _contiguous(labels, torch.long)   # alive through the call
+    fn(B, _parts(B), V, _ptr(xi_rest), _ptr(table), table.stride(0), _ptr(inf),
+       _ptr(a_l), _ptr(xi_z), float(split), float(tiv), opt(a_eos), _ptr(xi_q), _ptr(lab),
+       _ptr(err), err.stride(0), _ptr(acc.stats), int(acc.sums is not None), opt(acc.sums), opt(acc.scratch),
+       opt(acc.ds), acc.ld,
        opt(tokens), L, acc.V_in, opt(a_bag), opt(rest))
 
 
@@ -276,6 +294,7 @@ def forward_bag(tokens: torch.Tensor, a: torch.Tensor, table: torch.Tensor, out:
     lib = _load()
     fn = getattr(lib, "forward_bag_" + _suffix(table.dtype))
     B, L = tokens.shape
+    a = a.contiguous()                                                 # (no copy when it is already)
     fn(_ptr(tokens), _ptr(a), B, _parts(B), L, table.shape[1], _ptr(table), table.stride(0), _ptr(out))
     return out
 
@@ -291,6 +310,7 @@ def reverse_bag(order: torch.Tensor, offsets: torch.Tensor, a: torch.Tensor, err
     lib = _load()
     fn = getattr(lib, "reverse_bag_" + _suffix(err.dtype))
     B, L = a.shape
+    a = a.contiguous()
     fn(_ptr(order), _ptr(offsets), _ptr(a), B, _parts(B), L, err.shape[1], P.shape[0], _ptr(err), err.stride(0),
        _ptr(P), _ptr(work[0]), _ptr(work[1]))
     return P

@@ -100,6 +100,15 @@ def check_batch(problem: Problem, batch: Batch) -> None:
     lo, hi = torch.aminmax(batch.tokens)                          # one pass over the ids
     if int(lo) < 0 or int(hi) >= cfg.V_in:
         raise ValueError(f"batch.tokens must lie in [0, {cfg.V_in})")
+    for name, t, top in (("pos", batch.pos, cfg.L), ("labels", batch.labels, cfg.V)):
+        if t.shape != (batch.N,) or t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise ValueError(f"batch.{name} must be an integer tensor of shape (N,) = ({batch.N},), got "
+                             f"{t.dtype} {tuple(t.shape)}")
+        lo, hi = torch.aminmax(t)
+        if int(lo) < 0 or int(hi) >= top:
+            raise ValueError(f"batch.{name} must lie in [0, {top})")
+    if int(batch.informative.max()) >= cfg.V:
+        raise ValueError(f"the informative tokens (batch.tokens at batch.pos) must lie in [0, V={cfg.V})")
 
 
 def keys_values(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:

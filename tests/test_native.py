@@ -242,17 +242,93 @@ def test_the_loops_do_not_depend_on_the_thread_count_beyond_rounding():
 
 
 @needs_native
-def test_non_finite_logits_fall_back_to_torch():
-    """The C rows assume finite logits; with infinite parameters the step gives what torch's route gives."""
+@pytest.mark.parametrize("where", ["W_V", "W_KQ"])
+def test_non_finite_parameters_take_the_torch_route(where, monkeypatch):
+    """The C loops assume finite tables (-ffast-math): with an infinite or NaN parameter the step runs
+    on torch's route, and gives what it gives."""
     cfg = small_cfg(V=9, d=6, L=4)
     problem = lib.make_problem(cfg, 0)
     batch = lib.sample_batch(problem, 50, 0)
     params = random_params(cfg, 1, 0.5)
-    params = lib.models.Params(params.W_V * float("inf"), params.W_KQ)
+    bad = params.W_V.clone() if where == "W_V" else params.W_KQ.clone()
+    bad[0, 0] = float("nan") if where == "W_V" else float("inf")
+    params = lib.models.Params(bad, params.W_KQ) if where == "W_V" else lib.models.Params(params.W_V, bad)
+    calls = []
+    torch_loop = lib.counts._table_sums_torch
+    monkeypatch.setattr(lib.counts, "_table_sums_torch", lambda *a: calls.append(1) or torch_loop(*a))
     a = count_gradients(problem, params, batch, tables=True)
+    assert calls, "the native loops ran on non-finite tables"
     with native.disabled():
         b = count_gradients(problem, params, batch, tables=True)
     assert (a.loss == b.loss) or (a.loss != a.loss and b.loss != b.loss)
+
+
+@needs_native
+@pytest.mark.parametrize("tiv,eos,noise,L", [(True, False, None, 9), (False, True, 3, 1), (True, True, 4, 3)])
+def test_many_chunks_threads_and_float32_agree_with_torch(tiv, eos, noise, L, monkeypatch):
+    """Chunks of 37 samples (the chunk offsets into the token index), 1 to 3 threads, float32 and
+    float64, a noise vocabulary, L = 1; int32 and strided positions and labels."""
+    monkeypatch.setattr(lib.counts, "TABLE_ELEMENTS", 37 * 130)
+    before = torch.get_num_threads()
+    try:
+        for dtype in ("float64", "float32"):
+            cfg = small_cfg(V=130, d=16, L=L, trigger_in_value=tiv, eos_key=eos, noise_vocab=noise, dtype=dtype)
+            problem = lib.make_problem(cfg, 1)
+            batch = lib.sample_batch(problem, 400, 2)
+            assert lib.counts.table_chunk_size(problem) < 40
+            params = random_params(cfg, 3, 0.8)
+            params = lib.models.Params(params.W_V.to(problem.E.dtype), params.W_KQ.to(problem.E.dtype))
+            odd = lib.Batch(batch.tokens, torch.stack([batch.pos, batch.pos], 1)[:, 0].int(),
+                            torch.stack([batch.labels, batch.labels], 1)[:, 1])   # int32, strided
+            with native.disabled():
+                want = count_gradients(problem, params, batch, tables=True)
+            tol = 1e-12 if dtype == "float64" else 2e-4
+            for threads in (1, 2, 3):
+                torch.set_num_threads(threads)
+                for b in (batch, odd):
+                    got = count_gradients(problem, params, b, tables=True)
+                    assert got.correct == want.correct and got.loss == pytest.approx(want.loss, rel=tol)
+                    assert rel(got.W_V, want.W_V) < tol and rel(got.W_KQ, want.W_KQ) < tol
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_native
+def test_the_loops_leave_subnormals_to_torch():
+    """The loops flush subnormals inside themselves only: afterwards torch keeps them, on the calling
+    thread and on its pool's threads."""
+    cfg = small_cfg(V=64, d=16, L=8, dtype="float32")
+    problem = lib.make_problem(cfg, 1)
+    batch = lib.sample_batch(problem, 2000, 2)
+    params = random_params(cfg, 3, 0.8)
+    count_gradients(problem, lib.models.Params(params.W_V.float(), params.W_KQ.float()), batch, tables=True)
+    limit_attn(problem, batch)
+    tiny = torch.full((1 << 20,), 1e-40, dtype=torch.float32)
+    assert bool(((tiny * 1.0) > 0).all())                              # a parallel op: every thread
+    assert float(torch.tensor(1e-40) * 1.0) > 0
+
+
+@needs_native
+def test_ids_out_of_range_never_reach_the_loops():
+    """Positions, labels or informative tokens out of range: the public functions say which field;
+    the count route itself leaves them to torch's route, which raises, instead of reading past memory."""
+    cfg = small_cfg(V=9, d=6, L=4, noise_vocab=3)
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, 50, 0)
+    params = random_params(cfg, 1, 0.5)
+    labels = batch.labels.clone()
+    labels[3] = cfg.V
+    bad_pos = batch.pos.clone()
+    bad_pos[0] = cfg.L
+    noise_at_l = batch.tokens.clone()
+    noise_at_l[0, batch.pos[0]] = cfg.V                                # a noise token as the informative one
+    for b, field in ((lib.Batch(batch.tokens, batch.pos, labels), "labels"), (lib.Batch(batch.tokens, bad_pos, batch.labels), "pos"),
+                     (lib.Batch(noise_at_l, batch.pos, batch.labels), "informative")):
+        with pytest.raises(ValueError, match=field):
+            lib.counts.gradients(problem, params, b)
+        assert not native.ids_in_range(b, cfg.V, cfg.V_in, cfg.L)
+    with pytest.raises((RuntimeError, IndexError)):
+        count_gradients(problem, params, lib.Batch(batch.tokens, batch.pos, labels), tables=True)
 
 
 @needs_native
