@@ -202,8 +202,7 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
     w = params.W_KQ @ q
     M = U @ params.W_V                                                 # (V, d)
     T = E @ M.T                                                        # (V_in, V)
-    if (native.usable(batch.tokens, T) and native.ids_in_range(batch, cfg.V, cfg.V_in, cfg.L)
-            and all(bool(torch.isfinite(t).all()) for t in (T, w, M))):   # lib.native's loops: finite tables
+    if native_applies(problem, batch) and all(bool(torch.isfinite(t).all()) for t in (T, w, M)):   # finite tables
         sums = _table_sums_native(problem, batch, w, M, T, need_V, need_W)
         if not math.isfinite(sums.loss):                               # they assume finite logits:
             with native.disabled():                                    # torch's route says what these give
@@ -377,13 +376,25 @@ def pair_ids(problem: Problem, b: Batch, buf: torch.Tensor) -> torch.Tensor:
                      out=buf[: b.N])
 
 
-def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES):
+def native_applies(problem: Problem, batch: Batch, check_tokens: bool = True) -> bool:
+    """Whether lib.native's loops may run on this batch: they load, the ids are int32 on the CPU with
+    the problem, and every id lies where the loops index with it (the tokens themselves are checked
+    unless `check_tokens` is False, for callers behind `check_batch`, which made that pass already)."""
+    cfg = problem.cfg
+    return (native.usable(batch.tokens, problem.E)
+            and native.ids_in_range(batch, cfg.V, cfg.V_in, cfg.L, tokens=check_tokens))
+
+
+def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES, fused: bool | None = None):
     """A (V_in, V): A[j, i] = sum_n 1[x*_n = i] c_{n,j};  n (V,): informative-token counts.
-    One bincount of the pair ids x*_n V_in + x_{n,t}, chunk by chunk through a reused buffer."""
+    One bincount of the pair ids x*_n V_in + x_{n,t}, chunk by chunk through a reused buffer, or
+    lib.native's loop when `fused` (by default: when `native_applies`, the tokens checked upstream)."""
     cfg = problem.cfg
     dt, dev = problem.E.dtype, batch.tokens.device
     n = torch.bincount(batch.informative, minlength=cfg.V).to(dt)
-    if native.usable(batch.tokens) and native.ids_in_range(batch, cfg.V, cfg.V_in, cfg.L, tokens=False):
+    if fused is None:
+        fused = native_applies(problem, batch, check_tokens=False)
+    if fused:
         return native.pair_count(batch.tokens, batch.informative, cfg.V, cfg.V_in).T.to(dt), n
     A_T = torch.zeros(cfg.V * cfg.V_in, dtype=torch.long, device=dev)  # (V, V_in), flattened
     buf = torch.empty(min(size, batch.N), cfg.L, dtype=id_dtype(problem, batch), device=dev)
@@ -392,10 +403,10 @@ def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES)
     return A_T.view(cfg.V, cfg.V_in).T.to(dt), n
 
 
-def step1_from_counts(problem: Problem, batch: Batch):
+def step1_from_counts(problem: Problem, batch: Batch, fused: bool | None = None):
     """Step 1 of the attention-only model from the count table (at zero parameters the logits vanish):
     (G1, A, n, dU) with G1 = (U_Pi - u_bar)^T (A^T E + n s^T) / (N K) and dU = U_Pi - u_bar (V, d)."""
-    A, n = count_tables(problem, batch)
+    A, n = count_tables(problem, batch, fused=fused)
     dU = problem.U_perm - problem.u_bar
     G1 = dU.T @ (A.T @ problem.E + n[:, None] * value_offset(problem)) / (batch.N * problem.cfg.n_keys)
     return G1, A, n, dU
@@ -461,7 +472,8 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     buf = torch.empty(min(size, N), L, dtype=idt, device=dev)
 
     # step 1 (pass 1): G1 from the count table
-    G1, A, n, dU = step1_from_counts(problem, batch)
+    fused = native_applies(problem, batch, check_tokens=False)        # lib.native for all three passes
+    G1, A, n, dU = step1_from_counts(problem, batch, fused)
     s = value_offset(problem)
     if K == 1:                # one key: attention is constant, the W_KQ gradient exactly zero
         k = torch.zeros_like(z)
@@ -474,7 +486,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
         pair_term = (E.T @ (A * D.T).sum(1) + tiv * (E_content.T @ (n * z_w)) + (n @ e_w) * z
                      + tiv * (n @ z_w) * z)
         s_w = W @ s                                                    # (V,)
-        if native.usable(batch.tokens, D) and native.ids_in_range(batch, V, cfg.V_in, L, tokens=False):
+        if fused:
             counts64, sum64 = native.beta_counts(batch.tokens, batch.informative, D, s_w, K)
             beta_counts, beta_sum = counts64.to(dt), torch.tensor(sum64, dtype=dt, device=dev)
         else:
@@ -497,7 +509,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     S = E @ k                                                          # (V_in,): scores of plain tokens
     bonus, s_eos = z @ k, q @ k
     finite = bool(torch.isfinite(S).all()) and math.isfinite(float(bonus)) and math.isfinite(float(s_eos))
-    if native.usable(batch.tokens, S) and finite and native.ids_in_range(batch, V, cfg.V_in, L, tokens=False):
+    if fused and finite:
         ids = native.attend(batch.tokens, batch.pos, batch.informative, S, float(bonus),
                             float(s_eos) if cfg.eos_key else None, V)
     else:

@@ -9,19 +9,8 @@
  * reassociated, and inputs must be finite (the callers check the results). */
 #include <float.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
-#if defined(__SSE__)
-#include <xmmintrin.h>
-/* Subnormal numbers flushed to zero inside the loops (and the thread's mode restored after): products
- * of a tiny attention weight or probability with a small logit fall below 1e-38 in float32, where x86
- * takes a slow path (measured: the softmax rows 1.7x slower at attention saturated on the trigger).
- * They are below any digit the float32 sums keep. */
-#define FTZ_BEGIN const unsigned int csr_ = _mm_getcsr(); _mm_setcsr(csr_ | 0x8040);
-#define FTZ_END _mm_setcsr(csr_);
-#else
-#define FTZ_BEGIN
-#define FTZ_END
-#endif
 
 /* The samples [n0, n1) of part i of N samples in `parts` parts. */
 #define RANGE(N, parts, i)                                                                              \
@@ -112,7 +101,6 @@ void attention_##SUF(const int32_t *tokens, const int64_t *pos, int64_t N, int64
     _Pragma("omp parallel for schedule(static, 1)")                                                      \
     for (int64_t i = 0; i < parts; i++) {                                                                \
         RANGE(N, parts, i);                                                                              \
-        FTZ_BEGIN                                                                                      \
         for (int64_t n = n0; n < n1; n++) {                                                              \
             const int32_t *x = tokens + n * L;                                                           \
             T *a = a_bag + n * L;                                                                        \
@@ -138,7 +126,6 @@ void attention_##SUF(const int32_t *tokens, const int64_t *pos, int64_t N, int64
             if (has_eos) a_eos[n] = e_eos * inv;                                                         \
             if (!split) a[l] = al;                                                                       \
         }                                                                                                \
-        FTZ_END                                                                                        \
     }                                                                                                    \
 }
 ATTN(float, f32, expf)
@@ -159,6 +146,14 @@ ATTN(double, f64, exp)
  *     ds_l = a_n (rest_n r_l - r_rest): ds[i][x*_n] += ds_l, ds[i][x_{n,t}] -= a_bag[n,t] beta for
  *     every t, ds[i][V_in] += ds_l and, with a_eos, ds[i][V_in + 1] += e_n (err_n . xi_q - beta).
  * Three passes over the row, which stays in L1: max; exp and sum; normalise, dot and add. */
+/* One entry of the rows' last pass: the probability, and (for the attention gradient) its dots. */
+#define NORMALISE_AND_DOT(j)                                                                            \
+    e[j] *= inv;                                                                                        \
+    if (ds) {                                                                                           \
+        rr += e[j] * xr[j];                                                                             \
+        rl += e[j] * (tl[j] + c_tiv * xi_z[j]);                                                         \
+        rq += e[j] * xi_q[j];                                                                           \
+    }
 #define ROWS(T, SUF, EXP, LOG, LOWEST, FLOOR)                                                           \
 void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *table, int64_t ldt,       \
                 const int64_t *inf, const T *a_l, const T *xi_z, T c_split, T c_tiv, const T *a_eos,     \
@@ -169,7 +164,6 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
     _Pragma("omp parallel for schedule(static, 1)")                                                      \
     for (int64_t i = 0; i < parts; i++) {                                                                \
     RANGE(N, parts, i);                                                                                  \
-    FTZ_BEGIN                                                                                          \
     double *restrict at = sums + i * ld_acc, *restrict ae = at + V, *restrict dsi = ds + i * ld_acc;     \
     double loss_i = 0, hits_i = 0, ds_trig = 0, ds_eos = 0;  /* in registers: parts share cache lines */ \
     /* the trigger's sum of this part's rows in T (scratch, few hundred rows), added to the float64 total */ \
@@ -198,39 +192,22 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
         T s = 0;                                                                                         \
         _Pragma("omp simd reduction(+:s)")                                                               \
         for (int64_t j = 0; j < V; j++) {                                                                \
-            const T u = e[j] - m;     /* below FLOOR, exp is under 1e-34 of the sum: 0, as libmvec's */ \
-            T p = u < FLOOR ? (T)0 : EXP(u > FLOOR ? u : FLOOR);   /* slow path would round it anyway */ \
+            const T u = e[j] - m;     /* below FLOOR, exp(u) is under 1e-34 of the sum (>= 1): 0, and */ \
+            T p = u < FLOOR ? (T)0 : EXP(u > FLOOR ? u : FLOOR);   /* libmvec sees no out-of-range input */ \
             e[j] = p;                                                                                    \
             s += p;                                                                                      \
         }                                                                                                \
         const T inv = (T)1 / s;                                                                          \
         const T we = want_sums ? ce : (T)0;                                                              \
         T rr = 0, rl = 0, rq = 0;                                                                        \
-        if (ds && ft) {                       /* normalise, the dots and the trigger's sum, one pass */  \
+        /* normalise, the dots and the trigger's sum, one pass; two loops, so that the dots are summed */ \
+        /* in the same order whether or not the sum is wanted (need_V changes no digit of the rest)   */ \
+        if (ft) {                                                                                        \
             _Pragma("omp simd reduction(+:rr, rl, rq)")                                                  \
-            for (int64_t j = 0; j < V; j++) {                                                            \
-                const T p = e[j] * inv;                                                                  \
-                e[j] = p;                                                                                \
-                rr += p * xr[j];                                                                         \
-                rl += p * (tl[j] + c_tiv * xi_z[j]);                                                     \
-                rq += p * xi_q[j];                                                                       \
-                ft[j] += c2 * p;                                                                         \
-            }                                                                                            \
-        } else if (ds) {                                                                                 \
-            _Pragma("omp simd reduction(+:rr, rl, rq)")                                                  \
-            for (int64_t j = 0; j < V; j++) {                                                            \
-                const T p = e[j] * inv;                                                                  \
-                e[j] = p;                                                                                \
-                rr += p * xr[j];                                                                         \
-                rl += p * (tl[j] + c_tiv * xi_z[j]);                                                     \
-                rq += p * xi_q[j];                                                                       \
-            }                                                                                            \
-        } else if (ft) {                                                                                 \
-            _Pragma("omp simd")                                                                          \
-            for (int64_t j = 0; j < V; j++) { const T p = e[j] * inv; e[j] = p; ft[j] += c2 * p; }       \
+            for (int64_t j = 0; j < V; j++) { NORMALISE_AND_DOT(j); ft[j] += c2 * e[j]; }                \
         } else {                                                                                         \
-            _Pragma("omp simd")                                                                          \
-            for (int64_t j = 0; j < V; j++) e[j] *= inv;                                                 \
+            _Pragma("omp simd reduction(+:rr, rl, rq)")                                                  \
+            for (int64_t j = 0; j < V; j++) { NORMALISE_AND_DOT(j); }                                    \
         }                                                                                                \
         e[y] -= 1;                                                                                       \
         if (ft) ft[y] -= c2;                                                                             \
@@ -261,7 +238,6 @@ void rows_##SUF(int64_t N, int64_t parts, int64_t V, const T *xi_rest, const T *
     stats[i * 8] += loss_i;                                                                              \
     stats[i * 8 + 1] += hits_i;                                                                          \
     if (ds) { dsi[V_in] += ds_trig; dsi[V_in + 1] += ds_eos; }                                           \
-    FTZ_END                                                                                            \
     }                                                                                                    \
 }
 ROWS(float, f32, expf, logf, -FLT_MAX, -80.0f)
@@ -297,7 +273,6 @@ void forward_bag_##SUF(const int32_t *tokens, const T *a, int64_t N, int64_t par
     _Pragma("omp parallel for schedule(static, 1)")                                                      \
     for (int64_t i = 0; i < parts; i++) {                                                                \
         RANGE(N, parts, i);                                                                              \
-        FTZ_BEGIN                                                                                      \
         for (int64_t g0 = n0; g0 < n1; g0 += GROUP) {                                                    \
             const int64_t g1 = g0 + GROUP < n1 ? g0 + GROUP : n1;                                        \
             int64_t c = 0;                                                                               \
@@ -326,7 +301,6 @@ void forward_bag_##SUF(const int32_t *tokens, const T *a, int64_t N, int64_t par
                 for (int64_t j = 0; j < width; j++) xi[n * V + c + j] = acc[j];                          \
             }                                                                                            \
         }                                                                                                \
-        FTZ_END                                                                                        \
     }                                                                                                    \
 }
 FWD(float, f32, vf32, vf32u, 16)
@@ -350,7 +324,6 @@ void reverse_bag_##SUF(const int32_t *order, const int32_t *offsets, const T *a,
         j1 = j0;                                                                                         \
         while (j1 < V_in && (i == parts - 1 || offsets[j1] < p_hi)) j1++;                                \
         if (j0 >= j1) continue;                                                                          \
-        FTZ_BEGIN                                                                                      \
         const int64_t q0 = offsets[j0], q1 = j1 < V_in ? offsets[j1] : total;                            \
         for (int64_t p = q0; p < q1; p++) {               /* rows and weights of the share, once */      \
             rows_buf[p] = order[p] / L;                                                                  \
@@ -380,7 +353,6 @@ void reverse_bag_##SUF(const int32_t *order, const int32_t *offsets, const T *a,
             }                                                                                            \
             for (int64_t k = 0; k < width; k++) P[j * V + c + k] += acc[k];                              \
         }                                                                                                \
-        FTZ_END                                                                                        \
     }                                                                                                    \
 }
 REV(float, f32, vf32, vf32u, 16)

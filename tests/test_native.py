@@ -12,7 +12,6 @@ import torch.nn.functional as Fn
 import lib
 from lib import native
 from lib.counts import attended_groups, count_gradients, limit_attn
-from lib.tokens import token_index
 from conftest import small_cfg, rel, random_params
 
 HAS_CC = bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
@@ -295,8 +294,9 @@ def test_many_chunks_threads_and_float32_agree_with_torch(tiv, eos, noise, L, mo
 
 @needs_native
 def test_the_loops_leave_subnormals_to_torch():
-    """The loops flush subnormals inside themselves only: afterwards torch keeps them, on the calling
-    thread and on its pool's threads."""
+    """The loops leave the floating-point mode as they found it (no process-wide flush to zero, as
+    -ffast-math's crtfastmath would set): afterwards torch keeps subnormals, on the calling thread
+    and on its pool's threads."""
     cfg = small_cfg(V=64, d=16, L=8, dtype="float32")
     problem = lib.make_problem(cfg, 1)
     batch = lib.sample_batch(problem, 2000, 2)
