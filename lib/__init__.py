@@ -35,7 +35,7 @@ chapter in brackets):
 """
 
 from .config import TaskConfig, default_device
-from .seed import derive_seed, generator, seed_everything
+from .seed import derive_seed, generator, get_draw, numpy_generator, seed_everything, set_draw, torch_generator
 from .embeddings import Problem, make_problem
 from .task import Batch, keys_values, sample_batch
 from .models import Params, activation, cross_entropy, features, forward, loss, zero_params
@@ -49,7 +49,8 @@ from . import (capacity, construct, counts, decompose, factual, featuremaps, low
                plotting, search, store, sweep, theory, tokens, trainer)
 
 __all__ = [
-    "TaskConfig", "default_device", "derive_seed", "generator", "seed_everything", "Problem",
+    "TaskConfig", "default_device", "derive_seed", "generator", "get_draw", "numpy_generator", "seed_everything", "set_draw",
+    "torch_generator", "Problem",
     "make_problem", "Batch", "keys_values", "sample_batch", "Params", "activation", "cross_entropy",
     "features", "forward", "loss", "zero_params", "Gradients", "autograd_gradients", "gradients",
     "StepSizes", "ThreeSteps", "three_steps", "N_TEST", "Accuracy", "evaluate", "predict", "RunResult", "run", "TrainSpec", "train",

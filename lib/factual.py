@@ -55,7 +55,7 @@ from .config import check_bool, check_choice, check_float, check_int
 from .embeddings import draw_vectors
 from .models import activation as _activation
 from .search import threshold_search
-from .seed import generator
+from .seed import generator, get_draw
 from .task import SAMPLE_BLOCK            # samples per random block: nested in N, as lib.task
 from .store import append_line, canonical, check_store_path, library_version, read_records, record_text
 
@@ -493,7 +493,7 @@ POINT_RESULT = ("step", "loss", "acc", "rel_acc", "sub_acc", "kl", "max_acc", "p
 
 def _fact_shape(key: dict, result: dict) -> bool:
     """A trained point of `trained_point`: its key fields and its result fields, nothing else."""
-    return set(key) == set(POINT_KEY) and set(result) == set(POINT_RESULT)
+    return set(key) - {"draw"} == set(POINT_KEY) and set(result) == set(POINT_RESULT)
 
 
 class FactStore:
@@ -529,6 +529,8 @@ def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: TrainCo
     `max_acc` (best logged test accuracy) and `seconds`. The device is not part of the key."""
     key = {"task": asdict(task), "model": asdict(model_cfg), "train": asdict(train_cfg),
            "kind": "FactTransformer", "version": library_version()}
+    if get_draw():                      # another draw (lib.seed.set_draw): other numbers, other key
+        key["draw"] = get_draw()
     if store is not None and (hit := store.get(key)) is not None:
         return hit
     model = FactTransformer(task, model_cfg)

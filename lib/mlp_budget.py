@@ -29,6 +29,7 @@ import math
 import torch
 
 from .config import TaskConfig, check_int
+from .seed import torch_generator
 
 TERMS = ("readout", "kernel", "rf", "finite", "mean_bias")
 
@@ -58,7 +59,7 @@ def measure_terms(cfg: TaskConfig, N: float, seed: int = 0) -> dict:
     if math.isinf(N):
         nu = torch.ones(V, dtype=kappa.dtype)
     else:
-        g = torch.Generator().manual_seed(10_000 + seed)
+        g = torch_generator(10_000 + seed)
         draws = torch.randint(0, V, (int(N),), generator=g)
         nu = torch.bincount(draws, minlength=V).to(kappa.dtype) * V / int(N)        # (V,): n_j / lambda
     eye = torch.eye(V, dtype=torch.bool)

@@ -40,6 +40,7 @@ from dataclasses import asdict, fields
 
 from .config import TaskConfig, check_choice, check_int
 from .experiment import RunResult
+from .seed import get_draw
 from .steps import MODES, StepSizes
 
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
@@ -79,6 +80,8 @@ def point_prefix(cfg: TaskConfig, *, seeds: int, seed: int, mode: str, n_test: i
         from .trainer import check_training     # trainer sits above the store in the module order
         check_training(training, mode)
         prefix["training"] = asdict(training)
+    if get_draw():                      # another draw (lib.seed.set_draw): other numbers, other key
+        prefix["draw"] = get_draw()
     return prefix
 
 

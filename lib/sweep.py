@@ -51,7 +51,7 @@ import numpy as np
 from .capacity import nstar as nstar_search
 from .config import TaskConfig, check_bool, check_float, check_int
 from .evaluate import N_TEST
-from .seed import generator
+from .seed import generator, get_draw, set_draw
 from .steps import StepSizes
 from .store import Store, point_prefix
 
@@ -165,6 +165,7 @@ def _one(cfg: TaskConfig, store: Store, opts: dict, parent: int | None = None) -
     if parent is not None and os.getpid() != parent:        # a worker process, not a thread of ours
         import torch
         torch.set_num_threads(1)
+        set_draw(opts["draw"])                             # the parent's draw, whenever the worker started
     t0 = time.perf_counter()
     res = nstar_search(cfg, opts["threshold"], seeds=opts["seeds"], seed=opts["seed"], n_min=opts["n_min"],
                        n_max=opts["n_max"], mode=opts["mode"], n_test=opts["n_test"],
@@ -221,7 +222,7 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
                              training=training)
                 for c in configs]                                     # validates seeds, seed, mode, n_test, step_sizes
     opts = dict(threshold=threshold, seeds=seeds, seed=seed, n_min=n_min, n_max=n_max, mode=mode,
-                n_test=n_test, resolution=resolution, step_sizes=step_sizes, training=training)
+                n_test=n_test, resolution=resolution, step_sizes=step_sizes, training=training, draw=get_draw())
     store = Store(cache)
     from tqdm import tqdm
     bar = tqdm(total=len(configs), desc="N* sweep", unit="point", disable=not progress)

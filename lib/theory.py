@@ -14,6 +14,7 @@ import numpy as np
 
 from .config import check_choice, check_int
 from .featuremaps import REGISTRY
+from .seed import torch_generator
 
 
 def inner_product_moments(d: int, embedding: str = "gaussian") -> dict:
@@ -1020,7 +1021,7 @@ def mlp_signal_quantiles(m: int, activation: str = "he3", nodes: int = 200, draw
     m, nodes, draws = check_int("m", m, 1), check_int("nodes", nodes, 2), check_int("draws", draws, nodes)
     check_choice("activation", activation, tuple(ACTIVATIONS))
     sigma = ACTIVATIONS[activation][0]
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch_generator(seed)
     tot = torch.zeros(draws, dtype=torch.float64)
     for i in range(0, m, 256):
         tot += sigma(torch.randn(draws, min(256, m - i), generator=gen, dtype=torch.float64)).pow(2).sum(1)
