@@ -45,6 +45,7 @@ import torch.nn.functional as Fn
 from . import native
 from .embeddings import Problem
 from .gradients import Gradients, output_error
+from .config import check_int
 from .models import Params, check_params
 from .steps import normalised_gamma_W
 from .task import Batch, check_batch
@@ -388,14 +389,22 @@ def native_applies(problem: Problem, batch: Batch, check_tokens: bool = True) ->
 def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES, fused: bool | None = None):
     """A (V_in, V): A[j, i] = sum_n 1[x*_n = i] c_{n,j};  n (V,): informative-token counts.
     One bincount of the pair ids x*_n V_in + x_{n,t}, chunk by chunk through a reused buffer, or
-    lib.native's loop when `fused` (by default: when `native_applies`, the tokens checked upstream)."""
+    lib.native's loop when `fused` (by default: when `native_applies`). The batch is checked first
+    (`lib.task.check_batch`: a ValueError naming the field for ids out of range)."""
+    check_batch(problem, batch)
+    check_int("size", size, 1)
+    return _count_tables(problem, batch, size, fused)
+
+
+def _count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES, fused: bool | None = None):
+    """`count_tables` for a batch that `check_batch` has passed."""
     cfg = problem.cfg
     dt, dev = problem.E.dtype, batch.tokens.device
     n = torch.bincount(batch.informative, minlength=cfg.V).to(dt)
     if fused is None:
         fused = native_applies(problem, batch, check_tokens=False)
     if fused:
-        return native.pair_count(batch.tokens, batch.informative, cfg.V, cfg.V_in).T.to(dt), n
+        return native.pair_count(batch.tokens, batch.informative, cfg.V, cfg.V_in, check=False).T.to(dt), n
     A_T = torch.zeros(cfg.V * cfg.V_in, dtype=torch.long, device=dev)  # (V, V_in), flattened
     buf = torch.empty(min(size, batch.N), cfg.L, dtype=id_dtype(problem, batch), device=dev)
     for b in chunks(batch, size, widen=False):                          # int32 ids: no widening copy
@@ -405,8 +414,15 @@ def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES,
 
 def step1_from_counts(problem: Problem, batch: Batch, fused: bool | None = None):
     """Step 1 of the attention-only model from the count table (at zero parameters the logits vanish):
-    (G1, A, n, dU) with G1 = (U_Pi - u_bar)^T (A^T E + n s^T) / (N K) and dU = U_Pi - u_bar (V, d)."""
-    A, n = count_tables(problem, batch, fused=fused)
+    (G1, A, n, dU) with G1 = (U_Pi - u_bar)^T (A^T E + n s^T) / (N K) and dU = U_Pi - u_bar (V, d).
+    The batch is checked first."""
+    check_batch(problem, batch)
+    return _step1_from_counts(problem, batch, fused)
+
+
+def _step1_from_counts(problem: Problem, batch: Batch, fused: bool | None = None):
+    """`step1_from_counts` for a batch that `check_batch` has passed."""
+    A, n = _count_tables(problem, batch, fused=fused)
     dU = problem.U_perm - problem.u_bar
     G1 = dU.T @ (A.T @ problem.E + n[:, None] * value_offset(problem)) / (batch.N * problem.cfg.n_keys)
     return G1, A, n, dU
@@ -461,7 +477,14 @@ def attended_groups(problem: Problem, b: Batch, S: torch.Tensor, bonus: torch.Te
 
 def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(G1, k, G3) of the limit mode for the attention-only model, from count tables only:
-    three passes over the token ids (the count table, beta_n, the hard attention)."""
+    three passes over the token ids (the count table, beta_n, the hard attention). The batch is
+    checked first (`lib.task.check_batch`)."""
+    check_batch(problem, batch)
+    return _limit_attn(problem, batch)
+
+
+def _limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`limit_attn` for a batch that `check_batch` has passed."""
     cfg = problem.cfg
     N, K, V, L = batch.N, cfg.n_keys, cfg.V, cfg.L
     E, z, q = problem.E, problem.z_trig, problem.z_eos
@@ -473,7 +496,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
 
     # step 1 (pass 1): G1 from the count table
     fused = native_applies(problem, batch, check_tokens=False)        # lib.native for all three passes
-    G1, A, n, dU = step1_from_counts(problem, batch, fused)
+    G1, A, n, dU = _step1_from_counts(problem, batch, fused)
     s = value_offset(problem)
     if K == 1:                # one key: attention is constant, the W_KQ gradient exactly zero
         k = torch.zeros_like(z)
@@ -487,7 +510,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
                      + tiv * (n @ z_w) * z)
         s_w = W @ s                                                    # (V,)
         if fused:
-            counts64, sum64 = native.beta_counts(batch.tokens, batch.informative, D, s_w, K)
+            counts64, sum64 = native.beta_counts(batch.tokens, batch.informative, D, s_w, K, check=False)
             beta_counts, beta_sum = counts64.to(dt), torch.tensor(sum64, dtype=dt, device=dev)
         else:
             D_flat = D.reshape(-1, 1)
@@ -511,7 +534,7 @@ def limit_attn(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     finite = bool(torch.isfinite(S).all()) and math.isfinite(float(bonus)) and math.isfinite(float(s_eos))
     if fused and finite:
         ids = native.attend(batch.tokens, batch.pos, batch.informative, S, float(bonus),
-                            float(s_eos) if cfg.eos_key else None, V)
+                            float(s_eos) if cfg.eos_key else None, V, check=False)
     else:
         ids = torch.empty(N, dtype=idt, device=dev)
         ranks = ScoreRanks(S)
@@ -533,9 +556,11 @@ def finite_attn(problem: Problem, batch: Batch, eta: float, gamma_W: float | Non
 
     Step 1 (at zero parameters the logits vanish) comes from the count table A, as in `limit_attn`;
     steps 2 and 3 are the generic step at (V1, 0) and (V1, W1), on the logit-table route when it is
-    the faster one (`uses_tables`), both through one `TokenIndex` of the batch."""
+    the faster one (`uses_tables`), both through one `TokenIndex` of the batch. The batch is checked
+    first (`lib.task.check_batch`)."""
+    check_batch(problem, batch)
     q = problem.z_eos
-    G1 = step1_from_counts(problem, batch)[0]                                       # step 1
+    G1 = _step1_from_counts(problem, batch)[0]                                       # step 1
     V1 = eta * G1
     grad_W = count_gradients(problem, Params(V1, torch.zeros_like(V1)), batch, need_V=False).W_KQ   # step 2
     if gamma_W is None:

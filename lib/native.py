@@ -42,6 +42,8 @@ from pathlib import Path
 
 import torch
 
+from .config import check_int
+
 SOURCE = Path(__file__).with_name("native.c")
 PAIR_TABLE_ENTRIES = 2 ** 26   # pair_count's per-thread int32 tables, all threads together (256 MiB)
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
@@ -163,6 +165,18 @@ def _check_ids(name: str, ids: torch.Tensor, ndim: int) -> None:
                          f"{getattr(ids, 'dtype', type(ids))} {tuple(getattr(ids, 'shape', ()))}")
 
 
+def _check_range(name: str, ids, top: int, shape=None) -> None:
+    """Ids the loops index with must lie in [0, top) (and have `shape`): else a ValueError naming them."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype.is_floating_point or ids.dtype.is_complex \
+            or ids.dtype == torch.bool or (shape is not None and tuple(ids.shape) != tuple(shape)):
+        raise ValueError(f"{name} must be an integer tensor" + ("" if shape is None else f" of shape {tuple(shape)}")
+                         + f", got {getattr(ids, 'dtype', type(ids))} {tuple(getattr(ids, 'shape', ()))}")
+    if ids.numel():
+        lo, hi = torch.aminmax(ids)
+        if int(lo) < 0 or int(hi) >= top:
+            raise ValueError(f"{name} must lie in [0, {top}), got values in [{int(lo)}, {int(hi)}]")
+
+
 def _contiguous(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.to(dtype).contiguous()
 
@@ -171,10 +185,15 @@ def _parts(n: int) -> int:
     return max(1, min(torch.get_num_threads(), n))
 
 
-def pair_count(tokens: torch.Tensor, informative: torch.Tensor, V: int, V_in: int) -> torch.Tensor:
+def pair_count(tokens: torch.Tensor, informative: torch.Tensor, V: int, V_in: int, check: bool = True) -> torch.Tensor:
     """(V, V_in) int64: entry (i, j) counts the positions holding token j in samples whose
-    informative token is i (tokens (N, L) int32 with N L < 2^31, informative (N,))."""
+    informative token is i (tokens (N, L) int32 with N L < 2^31 in [0, V_in), informative (N,) in
+    [0, V); checked unless `check` is False, for callers that checked the batch already)."""
     _check_ids("tokens", tokens, 2)
+    if check:
+        check_int("V", V, 1), check_int("V_in", V_in, V)
+        _check_range("tokens", tokens, V_in)
+        _check_range("informative", informative, V, (tokens.shape[0],))
     lib = _load()
     tok, inf = tokens, _contiguous(informative, torch.long)
     N, L = tok.shape
@@ -185,10 +204,17 @@ def pair_count(tokens: torch.Tensor, informative: torch.Tensor, V: int, V_in: in
 
 
 def beta_counts(tokens: torch.Tensor, informative: torch.Tensor, D: torch.Tensor, s_w: torch.Tensor,
-                K: int) -> tuple[torch.Tensor, float]:
+                K: int, check: bool = True) -> tuple[torch.Tensor, float]:
     """((V_in,) sum_n beta_n c_n, sum_n beta_n) in float64, with beta_n = (sum_t D[x*_n, x_t] + s_w[x*_n]) / K
-    (D (V, V_in), s_w (V,)): pass 2 of the limit mode."""
+    (D (V, V_in), s_w (V,)): pass 2 of the limit mode. Ids checked against D's shape unless `check` is False."""
     _check_ids("tokens", tokens, 2)
+    if check:
+        if not (isinstance(D, torch.Tensor) and D.dim() == 2 and isinstance(s_w, torch.Tensor)
+                and tuple(s_w.shape) == (D.shape[0],)):
+            raise ValueError("D must be a (V, V_in) tensor and s_w a (V,) tensor")
+        check_int("K", K, 1)
+        _check_range("tokens", tokens, D.shape[1])
+        _check_range("informative", informative, D.shape[0], (tokens.shape[0],))
     lib = _load()
     tok, inf = tokens, _contiguous(informative, torch.long)
     D, s_w = D.contiguous(), _contiguous(s_w, D.dtype)
@@ -202,11 +228,18 @@ def beta_counts(tokens: torch.Tensor, informative: torch.Tensor, D: torch.Tensor
 
 
 def attend(tokens: torch.Tensor, pos: torch.Tensor, informative: torch.Tensor, S: torch.Tensor, bonus: float,
-           s_eos: float | None, V: int) -> torch.Tensor:
+           s_eos: float | None, V: int, check: bool = True) -> torch.Tensor:
     """(N,) int64 ids x*_n + g_n V with g_n what hard attention reads (the attended token, V_in for
     the trigger's position, V_in + 1 for EOS; argmax's first maximum wins): pass 3 of the limit mode.
-    The scores S (V_in,), bonus and s_eos must be finite."""
+    The scores S (V_in,), bonus and s_eos must be finite. Ids checked unless `check` is False."""
     _check_ids("tokens", tokens, 2)
+    if check:
+        if not (isinstance(S, torch.Tensor) and S.dim() == 1 and bool(torch.isfinite(S).all())):
+            raise ValueError("S must be a finite 1-dimensional tensor of token scores")
+        check_int("V", V, 1)
+        _check_range("tokens", tokens, S.numel())
+        _check_range("pos", pos, tokens.shape[1], (tokens.shape[0],))
+        _check_range("informative", informative, V, (tokens.shape[0],))
     lib = _load()
     tok, p, inf = tokens, _contiguous(pos, torch.long), _contiguous(informative, torch.long)
     S = S.contiguous()

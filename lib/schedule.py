@@ -19,7 +19,7 @@ import math
 import torch
 
 from .config import check_choice
-from .counts import count_gradients, finite_attn, limit_attn
+from .counts import _limit_attn, count_gradients, finite_attn
 from .embeddings import Problem
 from .gradients import direct_gradients
 from .models import Params, zero_params
@@ -36,7 +36,7 @@ def three_steps(problem: Problem, batch: Batch, mode: str = "limit", *,
         raise ValueError(f"step_sizes must be a StepSizes, got {type(step_sizes).__name__}")
     check_batch(problem, batch)
     if route == "counts" and problem.cfg.model == "attn" and mode == "limit":
-        G1, k, G3 = limit_attn(problem, batch)
+        G1, k, G3 = _limit_attn(problem, batch)                     # the batch was checked above
         out = _limit_result(problem, G1, k, G3)
     elif route == "counts" and problem.cfg.model == "attn":
         s = step_sizes
