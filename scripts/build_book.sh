@@ -12,6 +12,11 @@ unset MPLBACKEND
 # count everywhere the book's pages show exactly the numbers its tests checked.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 rm -rf _build
+# Jupyter Book executes notebooks one at a time; execute them first, two kernels at once, into the
+# (fresh) cache that the build reads (execute_notebooks: cache). A notebook that fails there is left
+# out of the cache, and the build executes it again and reports its error.
+mkdir -p _build
+.venv/bin/python scripts/execute_book.py --jobs "${BOOK_JOBS:-2}" | tee _build/execution_times.txt
 .venv/bin/jupyter-book build . -W -n --keep-going
 # A directive whose fence failed to parse renders as literal text: treat that as an error too.
 if grep -l '```{' _build/html/book/*.html; then
