@@ -16,6 +16,7 @@ import statistics
 import sys
 import time
 
+from . import featuremaps
 from . import sweep as sweep_engine
 from .capacity import nstar
 from .config import ACTIVATIONS, EMBEDDINGS, MLP_INPUTS, MODELS, TaskConfig, default_device
@@ -139,6 +140,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     prog = f"python -m lib {a.command}"
+    if a.m is not None and a.model in featuremaps.REGISTRY and not featuremaps.REGISTRY[a.model].needs_m:
+        parser.exit(2, f"{prog}: error: --m is the MLP width: it applies to --model mlp only, not --model {a.model}\n")
     t0 = time.perf_counter()
     try:
         if a.command == "train":

@@ -136,3 +136,12 @@ def test_nstar_bad_values_exit_2(capsys, bad, name):
     assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and name in lines[0], err
+
+
+@pytest.mark.parametrize("cmd", [["train", "--N", "64"], ["nstar"], ["sweep"]])
+def test_m_is_refused_for_the_attention_model(cmd):
+    """--m is the MLP width: given with --model attn it would run the same experiment under another
+    name (a sweep over two --m values ran the same sweep twice). It exits 2 naming --m."""
+    proc = subprocess.run([sys.executable, "-m", "lib", cmd[0], "--model", "attn", "--V", "16", "--d", "8",
+                           "--L", "4", "--m", "32", *cmd[1:]], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--m" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -5,6 +5,7 @@ FUZZ_EXAMPLES=n sets the number of examples)."""
 import math
 import os
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -107,7 +108,17 @@ def test_smoke_huge_step_sizes_stay_finite(g, eta, model, dtype):
        opt=st.sampled_from(["gd", "adam", "sgd"]), target=st.one_of(st.none(), st.floats(-1, 2)))
 @settings(max_examples=60, deadline=None)
 def test_train_config_validates(steps, lr, opt, target):
-    try:
-        TrainConfig(steps=steps, lr=lr, optimizer=opt, target_acc=target)
-    except ValueError as err:
-        assert str(err).split()[0] in ("steps", "lr", "optimizer", "target_acc"), str(err)
+    """Invalid fields raise a ValueError naming the first bad one (in the order they are checked);
+    valid ones construct. The expectation is computed here, independently of the class."""
+    bad = [name for name, ok in (
+        ("steps", isinstance(steps, int) and steps >= 0),
+        ("lr", isinstance(lr, float) and math.isfinite(lr) and 0 < lr <= 1e12),
+        ("optimizer", opt in ("gd", "adam")),
+        ("target_acc", target is None or 0 <= target <= 1)) if not ok]
+    if bad:
+        with pytest.raises(ValueError) as err:
+            TrainConfig(steps=steps, lr=lr, optimizer=opt, target_acc=target)
+        assert str(err.value).split()[0] == bad[0], str(err.value)
+    else:
+        cfg = TrainConfig(steps=steps, lr=lr, optimizer=opt, target_acc=target)
+        assert (cfg.steps, cfg.lr, cfg.optimizer, cfg.target_acc) == (steps, lr, opt, target)
