@@ -180,10 +180,15 @@ def attention_nstar(cfg, seed: int = 0, threshold: float = 0.99, n_min: int = 16
                     points_per_octave: int = 4) -> float:
     """Critical N for attention: the smallest N on a geometric grid (n_min..n_max, `points_per_octave`
     points per doubling) with attention_accuracy_at >= threshold, by bisection (accuracy is taken to
-    rise with N; it does up to seed noise). Returns inf when n_max does not reach the threshold."""
+    rise with N; it does up to seed noise). Returns inf when n_max does not reach the threshold.
+    The problem is made once and the batch drawn once at n_max: batches are nested in N
+    (`lib.task.sample_batch`), so its first N samples are the batch `attention_accuracy_at` would draw."""
     import numpy as np
 
     from .config import check_int
+    from .embeddings import make_problem
+    from .schedule import three_steps
+    from .task import sample_batch
     n_min, n_max = check_int("n_min", n_min, 1), check_int("n_max", n_max, 1)
     points_per_octave = check_int("points_per_octave", points_per_octave, 1)
     if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
@@ -193,7 +198,13 @@ def attention_nstar(cfg, seed: int = 0, threshold: float = 0.99, n_min: int = 16
     octaves = math.log2(n_max / n_min)
     grid = np.unique(np.round(n_min * 2.0 ** (np.arange(int(octaves * points_per_octave) + 1) / points_per_octave)))
     grid = [int(n) for n in grid] + ([n_max] if grid[-1] < n_max else [])
-    ok = lambda i: attention_accuracy_at(cfg, grid[i], seed) >= threshold   # noqa: E731
+    problem = make_problem(cfg, seed)
+    batch = sample_batch(problem, grid[-1], seed)                   # every smaller batch is a prefix of it
+
+    def ok(i: int) -> bool:
+        k = three_steps(problem, batch.slice(0, grid[i]), mode="limit").k
+        return attention_accuracy(problem, k) >= threshold
+
     if not ok(len(grid) - 1):
         return math.inf
     if ok(0):
