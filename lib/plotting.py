@@ -58,11 +58,22 @@ def measured_and_predicted(ax, x, measured, predicted, color, label, theory_labe
 
 
 def glue_values(**values) -> None:
-    """Glue every keyword as a number (or text) into the page: `{glue:text}` `name`."""
+    """Glue every keyword as a number (or text) into the page: `{glue:text}` `name`.
+
+    NumPy and torch scalars become Python numbers first: their repr (`np.float64(0.86)` since
+    NumPy 2) is what the page would receive, and `{glue:text}`name:.2f`` cannot format it."""
     from myst_nb import glue
 
     for name, value in values.items():
-        glue(name, value, display=False)
+        glue(name, _plain(value), display=False)
+
+
+def _plain(value):
+    """A Python int/float/bool for a NumPy or torch scalar (0-d array or tensor); else `value`."""
+    if isinstance(value, (np.generic, np.ndarray)) or type(value).__module__.startswith("torch"):
+        if getattr(value, "ndim", 0) == 0 and hasattr(value, "item"):
+            return value.item()
+    return value
 
 
 def loglog_with_fit(ax, x, y, color, label, marker="o"):

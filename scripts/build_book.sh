@@ -18,6 +18,8 @@ rm -rf _build
 mkdir -p _build
 .venv/bin/python scripts/execute_book.py --jobs "${BOOK_JOBS:-2}" | tee _build/execution_times.txt
 .venv/bin/jupyter-book build . -W -n --keep-going
+# The executed notebooks as the pages show them (myst-nb leaves them without outputs in cache mode)
+.venv/bin/python scripts/execute_book.py --export _build/jupyter_execute
 # A directive whose fence failed to parse renders as literal text: treat that as an error too.
 if grep -l '```{' _build/html/book/*.html; then
   echo "error: unparsed directive fences in the pages above" >&2

@@ -7,6 +7,12 @@ _config.yml) instead finds each notebook already executed in the cache this scri
 jupyter-cache's own parallel executor, each kernel in the notebook's folder, as the build would run
 it. A notebook that fails here is not cached: the build then executes it itself and reports the
 error (`-W` makes it fatal). Prints each notebook's execution time.
+
+    python scripts/execute_book.py --export _build/jupyter_execute
+
+after the build writes each notebook as the pages show it (its outputs merged from the cache) to
+the folder. In cache mode myst-nb renders the merged notebook but leaves in `_build/jupyter_execute`
+the notebook as read, without outputs; the tests of the built book read the executed copies there.
 """
 
 from __future__ import annotations
@@ -45,9 +51,12 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="kernels at once (default 2)")
     ap.add_argument("--cache", default=os.path.join(ROOT, "_build", ".jupyter_cache"))
     ap.add_argument("--timeout", type=int, default=300, help="seconds per cell (as _config.yml)")
+    ap.add_argument("--export", metavar="DIR", help="write the cached executed notebooks under DIR instead")
     a = ap.parse_args(argv)
     if a.jobs < 1:
         ap.error("--jobs must be a positive integer")
+    if a.export:
+        return export(a.cache, a.export)
     import multiprocessing
 
     from jupyter_cache import get_cache
@@ -74,6 +83,28 @@ def main(argv=None) -> int:
     failed = result.errored
     print(f"executed {len(result.succeeded)} notebooks in {wall:.0f} s with {a.jobs} kernels at once"
           + (f"; failed (the build will report them): {failed}" if failed else ""))
+    return 0
+
+
+def export(cache_path: str, folder: str) -> int:
+    """Write every notebook of the book, with its outputs from the cache, to folder/<path>.ipynb."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache, missing = get_cache(cache_path), []
+    for path in notebooks():
+        nb = nbformat.read(path, as_version=4)
+        try:
+            _, merged = cache.merge_match_into_notebook(nb)
+        except KeyError:
+            missing.append(os.path.relpath(path, ROOT))
+            continue
+        out = os.path.join(folder, os.path.relpath(path, ROOT))
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        nbformat.write(merged, out)
+    if missing:
+        print(f"error: not in the cache {cache_path}: {missing}", file=sys.stderr)
+        return 1
     return 0
 
 
