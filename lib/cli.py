@@ -53,7 +53,7 @@ def _add_problem_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
     p.add_argument("--mode", default="limit", help=f"one of {', '.join(MODES)} (default limit)")
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--n-test", type=int, default=N_TEST, help=f"fresh test samples per seed (default {N_TEST})")
-    p.add_argument("--eta", type=float, default=StepSizes.eta, help="finite mode: step 1 size")
+    p.add_argument("--eta", type=float, default=StepSizes.eta, help="finite mode: step 1 size at tau <= 1 (divided by tau^2 above)")
     p.add_argument("--gamma-w", type=float, default=None, help="finite mode: step 2 size (default: normalised)")
     p.add_argument("--gamma-v", type=float, default=StepSizes.gamma_V, help="finite mode: step 3 size")
     p.add_argument("--attn-scale", type=float, default=StepSizes.attn_scale,

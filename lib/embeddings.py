@@ -117,3 +117,10 @@ def coherence(X: torch.Tensor) -> float:
         raise ValueError(f"X must be a matrix with at least 2 rows, got shape {tuple(X.shape)}")
     Xn = X / X.norm(dim=1, keepdim=True).clamp_min(1e-300)
     return float((Xn @ Xn.T).abs().fill_diagonal_(0).max())
+
+
+def check_problem(problem) -> None:
+    """Raise a ValueError unless `problem` is a Problem (a TaskConfig is the commonest slip)."""
+    if not isinstance(problem, Problem):
+        hint = " (make one with lib.make_problem(cfg, seed))" if type(problem).__name__ == "TaskConfig" else ""
+        raise ValueError(f"problem must be a Problem{hint}, got {type(problem).__name__}")

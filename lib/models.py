@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as Fn
 
 from .config import TaskConfig, check_choice
-from .embeddings import Problem
+from .embeddings import Problem, check_problem
 from .featuremaps import ACTIVATIONS
 from .task import Batch, keys_values
 
@@ -50,9 +50,19 @@ def zero_params(cfg: TaskConfig) -> Params:
 
 
 def check_params(problem: Problem, params: Params) -> None:
+    check_problem(problem)
     cfg = problem.cfg
     if not isinstance(params, Params):
         raise ValueError(f"params must be a Params, got {type(params).__name__}")
+    for name in ("W_V", "W_KQ"):
+        t = getattr(params, name)
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"params.{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != cfg.torch_dtype:
+            raise ValueError(f"params.{name} has dtype {t.dtype}, the problem's is {cfg.torch_dtype} "
+                             f"(TaskConfig dtype={cfg.dtype!r}): convert with .to({cfg.torch_dtype})")
+        if t.device.type != torch.device(cfg.device).type:
+            raise ValueError(f"params.{name} is on {t.device}, the problem on {cfg.device}")
     if tuple(params.W_V.shape) != (cfg.d, cfg.width):
         raise ValueError(f"W_V must have shape {(cfg.d, cfg.width)}, got {tuple(params.W_V.shape)}")
     if tuple(params.W_KQ.shape) != (cfg.d, cfg.d):

@@ -40,8 +40,9 @@ def three_steps(problem: Problem, batch: Batch, mode: str = "limit", *,
         out = _limit_result(problem, G1, k, G3)
     elif route == "counts" and problem.cfg.model == "attn":
         s = step_sizes
-        G1, W1, gamma_W, G3 = finite_attn(problem, batch, s.eta, s.gamma_W, s.attn_scale)
-        V1 = s.eta * G1
+        eta = s.eta_for(problem.cfg.tau)
+        G1, W1, gamma_W, G3 = finite_attn(problem, batch, eta, s.gamma_W, s.attn_scale)
+        V1 = eta * G1
         V2 = V1 + s.gamma_V * G3
         out = ThreeSteps("finite", V1, W1, V2, gamma_W, Params(V2, W1), direction(W1, problem.z_eos),
                          G1=G1, G3=G3)
@@ -61,7 +62,7 @@ def _finite(problem: Problem, batch: Batch, step, s: StepSizes) -> ThreeSteps:
     q = problem.z_eos
     p0 = zero_params(problem.cfg)
     G1 = -step(problem, p0, batch, need_W=False).W_V                                  # step 1
-    V1 = s.eta * G1
+    V1 = s.eta_for(problem.cfg.tau) * G1
     grad_W = step(problem, Params(V1, p0.W_KQ), batch, need_V=False).W_KQ            # step 2
     gamma_W = s.gamma_W if s.gamma_W is not None else normalised_gamma_W(grad_W, q, s.attn_scale)
     W1 = -gamma_W * grad_W

@@ -45,10 +45,17 @@ class StepSizes:
     of test samples; attn_scale = 10 drops below 99.9 % at V = 256, d = 64.
     """
 
-    eta: float = 0.01              # step 1 (value matrix): small, so softmax(U V1 o) stays ~ uniform
+    eta: float = 0.01              # step 1 (value matrix) at tau <= 1: small, so softmax(U V1 o) stays ~ uniform
     gamma_W: float | None = None   # step 2 (key-query): None = normalised by attn_scale
     gamma_V: float = 1e3           # step 3 (value matrix again): large
     attn_scale: float = 20.0       # |W1 q| when gamma_W is None: see the class docstring
+
+    def eta_for(self, tau: float) -> float:
+        """The step-1 size used at trigger scale tau: eta / max(1, tau)^2. With the trigger in the
+        value path the logits U V1 o grow like eta tau^2 (G1 and o each carry a tau z term), so an
+        unscaled eta = 0.01 saturates the softmax from tau ~ 100 on (at tau = 1000 attention
+        accuracy 0 where the limit mode has 1); scaled, the finite mode stays the limit plus O(eta)."""
+        return self.eta / max(1.0, float(tau)) ** 2
 
     def __post_init__(self):
         check_float("eta", self.eta, 0.0, 1e12, strict_min=True)

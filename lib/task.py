@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import check_int
-from .embeddings import Problem
+from .embeddings import Problem, check_problem
 from .seed import generator
 
 
@@ -90,6 +90,7 @@ def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") 
 
 def check_batch(problem: Problem, batch: Batch) -> None:
     """Raise a ValueError naming the field unless `batch` is a valid batch of `problem`'s task."""
+    check_problem(problem)
     cfg = problem.cfg
     if not isinstance(batch, Batch):
         raise ValueError(f"batch must be a Batch (see lib.sample_batch), got {type(batch).__name__}")
