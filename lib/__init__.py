@@ -1,11 +1,13 @@
 """lib: the exact models, gradients and three-step trainer behind the book.
 
-Modules, one concept each, listed bottom-up (each imports only modules above it in this list;
-chapter in brackets):
-  native       optional fused C loops (lib/native.c, compiled on first use) for the count routes [7, 10]
+Modules, one concept each, listed bottom-up: each imports only modules above it in this list
+(tests/test_layers.py reads the imports and checks it). Chapter in brackets.
   featuremaps  the models as registered feature maps (phi, vjp, width); activations; MLP input  [3, 8]
   config       TaskConfig and argument validation                                              [all]
-  seed         the one seed helper: named, explicit torch.Generators                           [all]
+  native       optional fused C loops (lib/native.c, compiled on first use) for the count routes [7, 10]
+  seed         the one seed helper: named, explicit generators; the draw switch               [all]
+  search       the one monotone search (doubling, then bisection)                              [2, 4-7]
+  optim        the full-batch GD / Adam loop                                                   [2, 7]
   embeddings   random / orthogonal embeddings, the Problem (one named stream per object)       [2]
   task         the token-retrieval sampler (nested in N), keys and values                      [1]
   models       Params, the direct forward pass (materialises (N, L, d)), the loss              [3]
@@ -17,17 +19,18 @@ chapter in brackets):
                count-table limit and finite modes
   schedule     three_steps: the three-entry schedule on either route                           [4-6]
   evaluate     test, attention and oracle-attention accuracy                                   [all]
-  experiment   run(cfg, N, ...): the one-call experiment over seeds                            [4-7]
-  search       the one monotone search (doubling, then bisection)                              [2, 4-7]
-  store        the crash-safe, append-only store of evaluated points (JSON lines, checksums)   [4-7]
-  capacity     critical sample size N* on that store (resumable)                               [4-7]
-  optim        the full-batch GD / Adam loop                                                   [2, 7]
-  sweep        N* over grids of configurations: resumable, parallel (joblib), bootstrap N*     [7]
+  decompose    a one-step memory's logits split into named terms that add up exactly        [4, 6]
+  margins      step 2: where the attention direction k points, whether it finds the trigger    [5]
   memory       linear associative memories and their capacities                                [2]
   trainer      multi-step training of the transformers: autograd reference, and `train`        [7, 10]
                (GD / Adam on the count route, records, TrainSpec for trained N*)
+  experiment   run(cfg, N, ...): the one-call experiment over seeds                            [4-7]
+  store        the crash-safe, append-only store of evaluated points (JSON lines, checksums)   [4-7]
+  capacity     critical sample size N* on that store (resumable)                               [4-7]
+  sweep        N* over grids of configurations: resumable, parallel (joblib), bootstrap N*     [7]
   construct    a transformer built by hand, Bayes accuracy                                     [1]
-  theory       closed-form predictions and fits                                                [2-3]
+  theory       closed-form predictions and fits                                                [2-9]
+  mlp_budget   the one-step MLP memory's logits split into the error budget's terms            [8]
   lowerbound   counting and coverage bounds, first-gradient estimators and their heuristic N   [9]
   factual      factual recall (subjects, relations): task, one-layer models, training, capacity [11]
   plotting     figure helpers with the book's colours                                          [all]

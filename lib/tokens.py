@@ -1,6 +1,6 @@
 """The forward pass on token ids, chunk by chunk: shared by the count route, evaluation and trainer.
 
-Equal to `lib.models.forward` (tests/test_forward.py), but it never builds an (N, L, d) tensor:
+Equal to `lib.models.forward` (tests/test_guards.py::test_both_forward_routes_equal_the_formulas), but it never builds an (N, L, d) tensor:
 
   scores  s_t = h_t^T w (w = W_KQ q) = (E w)[x_t] + 1[t = l] z_trig . w   a lookup in the table E w;
   values  o = sum_t a_t v_t = embedding_bag(x, E, weights a) + a_l [trigger in value] z_trig
