@@ -49,15 +49,6 @@ def capacity_from_constant(d: float, c: float) -> float:
     return (lo + hi) / 2
 
 
-def hebbian_margin_ratio(n: int, d: int) -> float:
-    """Signal / cross-talk standard deviation of a Hebbian memory with n pairs in dimension d.
-
-    Signal u_y^T W e_x ~ 1; the cross-talk on a wrong label k sums about n terms of size
-    (u_k . u_{Pi x'}) (e_{x'} . e_x) ~ 1/d each, so its standard deviation is about sqrt(n)/d.
-    """
-    return d / math.sqrt(check_int("n", n, 1))
-
-
 def param_count(model: str, d: int, m: int | None = None) -> dict:
     """Trainable parameters of the two models (W_V and W_KQ), and the frozen ones (F)."""
     check_choice("model", model, tuple(REGISTRY))
@@ -832,14 +823,6 @@ def shifted_kernel_coefficients(activation: str, beta: float, kmax: int = 12) ->
     return b
 
 
-def _sphere_even_moment(d: int, k: int) -> float:
-    """E[rho^(2k)] for rho = cos of two independent uniform directions in R^d:
-    (2k - 1)!! / (d (d + 2) ... (d + 2k - 2))."""
-    num = math.prod(range(1, 2 * k, 2))
-    den = math.prod(d + 2 * i for i in range(k))
-    return num / den
-
-
 @functools.lru_cache(maxsize=64)
 def sphere_cosine_nodes(d: int, nodes: int = 96) -> tuple:
     """Quadrature for delta = cos of two independent uniform directions in R^d (density proportional
@@ -976,16 +959,6 @@ def mlp_term_moments(V: int, d: int, m: int, N: float, activation: str = "he3", 
     for name in ("kernel", "rf", "finite", "mean_bias"):
         out[name] = t[name] * (1 + d / V)
     return out
-
-
-def mlp_critical_snr(V: int, threshold: float = 0.99) -> float:
-    """r with Phi(r)^(V - 1) = threshold: the SNR a token needs when its V - 1 wrong scores are
-    independent Gaussians (the book's heuristic)."""
-    V = check_int("V", V, 2)
-    if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
-        raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
-    from statistics import NormalDist
-    return NormalDist().inv_cdf(threshold ** (1.0 / (V - 1)))
 
 
 def mlp_signal_variance(m: int, activation: str = "he3") -> float:
