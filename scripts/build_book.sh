@@ -16,7 +16,11 @@ rm -rf _build
 # (fresh) cache that the build reads (execute_notebooks: cache). A notebook that fails there is left
 # out of the cache, and the build executes it again and reports its error.
 mkdir -p _build
-.venv/bin/python scripts/execute_book.py --jobs "${BOOK_JOBS:-2}" | tee _build/execution_times.txt
+# Kernels at once: as many as the cores hold at OMP_NUM_THREADS threads each (2 on two cores with one
+# thread; 1 with two threads: oversubscribed torch threads slowed cells past the timeout); BOOK_JOBS overrides.
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)   # nproc itself honours OMP_NUM_THREADS
+jobs=$(( cores / OMP_NUM_THREADS )); [ "$jobs" -ge 1 ] || jobs=1
+.venv/bin/python scripts/execute_book.py --jobs "${BOOK_JOBS:-$jobs}" | tee _build/execution_times.txt
 .venv/bin/jupyter-book build . -W -n --keep-going
 # The executed notebooks as the pages show them (myst-nb leaves them without outputs in cache mode)
 .venv/bin/python scripts/execute_book.py --export _build/jupyter_execute

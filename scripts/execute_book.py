@@ -46,11 +46,17 @@ def notebooks() -> list[str]:
     return [os.path.join(ROOT, f + ".ipynb") for f in files if os.path.exists(os.path.join(ROOT, f + ".ipynb"))]
 
 
+def config_timeout() -> int:
+    """The per-cell timeout of _config.yml (execute: timeout), so that both executions agree."""
+    with open(os.path.join(ROOT, "_config.yml")) as f:
+        return int(yaml.safe_load(f)["execute"]["timeout"])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="kernels at once (default 2)")
     ap.add_argument("--cache", default=os.path.join(ROOT, "_build", ".jupyter_cache"))
-    ap.add_argument("--timeout", type=int, default=300, help="seconds per cell (as _config.yml)")
+    ap.add_argument("--timeout", type=int, default=config_timeout(), help="seconds per cell (default: _config.yml's)")
     ap.add_argument("--export", metavar="DIR", help="write the cached executed notebooks under DIR instead")
     a = ap.parse_args(argv)
     if a.jobs < 1:
