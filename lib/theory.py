@@ -688,9 +688,30 @@ def fit_power_law_ci(x, Y, level: float = 0.95) -> dict:
     level = check_float("level", level, 0.0, 0.999, strict_min=True)
     slopes = np.array([np.polyfit(np.log(x), np.log(row), 1)[0] for row in Y])
     slope, logc = np.polyfit(np.log(x), np.log(Y).mean(0), 1)
-    n = len(slopes)
-    half = t_quantile((1 + level) / 2, n - 1) * float(slopes.std(ddof=1)) / math.sqrt(n)
+    half = float(t_interval(slopes, level=level)[1])
     return {"slope": float(slope), "half": half, "c": float(math.exp(logc)), "slopes": slopes}
+
+
+def t_interval(x, axis: int = 0, level: float = 0.95):
+    """Mean over independent problems (along `axis`) and the half-width of its Student-t interval at
+    `level`: t_{(1+level)/2, n-1} * sd / sqrt(n). The one interval the chapters report over problems."""
+    from .config import check_float
+    level = check_float("level", level, 0.0, 0.999, strict_min=True)
+    x = np.asarray(x, float)
+    if x.ndim == 0 or x.shape[axis] < 2:
+        raise ValueError(f"x must hold at least 2 problems along axis {axis}, got shape {x.shape}")
+    n = x.shape[axis]
+    return x.mean(axis), t_quantile((1 + level) / 2, n - 1) * x.std(axis, ddof=1) / math.sqrt(n)
+
+
+def geometric_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    """Geometric mean of positive values over problems and its Student-t interval, taken on the logs:
+    (geometric mean, lower end, upper end). A zero, negative or non-finite value raises."""
+    v = np.asarray(values, float)
+    if not (np.isfinite(v).all() and (v > 0).all()):
+        raise ValueError("values must be positive and finite")
+    m, half = t_interval(np.log(v), level=level)
+    return float(math.exp(m)), float(math.exp(m - half)), float(math.exp(m + half))
 
 
 # ---- chapter 8: the MLP

@@ -106,3 +106,23 @@ def test_t_quantile_matches_closed_forms():
         t_quantile(0.975, 0)
     with pytest.raises(ValueError, match="p must"):
         t_quantile(0.4, 3)
+
+
+def test_t_interval_against_a_direct_computation():
+    from lib.theory import geometric_interval, t_interval, t_quantile
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(7, 3))
+    m, h = t_interval(X)                                      # over the 7 problems (axis 0)
+    assert np.allclose(m, X.mean(0)) and np.allclose(h, 2.446912 * X.std(0, ddof=1) / 7 ** 0.5, rtol=1e-5)
+    m1, h1 = t_interval(X.T, axis=1)
+    assert np.allclose(m1, m) and np.allclose(h1, h)
+    assert np.isclose(t_interval(X[:, 0], level=0.9)[1], t_quantile(0.95, 6) * X[:, 0].std(ddof=1) / 7 ** 0.5)
+    v = np.exp(X[:, 0])
+    g, lo, hi = geometric_interval(v)
+    assert np.isclose(g, np.exp(X[:, 0].mean())) and np.isclose(np.log(hi / g), h[0]) and np.isclose(np.log(g / lo), h[0])
+    with pytest.raises(ValueError, match="at least 2 problems"):
+        t_interval([1.0])
+    with pytest.raises(ValueError, match="positive and finite"):
+        geometric_interval([1.0, 0.0, 2.0])
+    with pytest.raises(ValueError, match="positive and finite"):
+        geometric_interval([1.0, np.inf])
