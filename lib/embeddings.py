@@ -120,7 +120,8 @@ def coherence(X: torch.Tensor) -> float:
 
 
 def check_problem(problem) -> None:
-    """Raise a ValueError unless `problem` is a Problem (a TaskConfig is the commonest slip)."""
+    """Raise a ValueError unless `problem` is a Problem (a TaskConfig is the commonest slip). The one
+    check every public entry taking a problem uses."""
     if not isinstance(problem, Problem):
-        hint = " (make one with lib.make_problem(cfg, seed))" if type(problem).__name__ == "TaskConfig" else ""
-        raise ValueError(f"problem must be a Problem{hint}, got {type(problem).__name__}")
+        raise ValueError(f"problem must be a Problem (make one with lib.make_problem(cfg, seed)), "
+                         f"got {type(problem).__name__}")

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .config import TaskConfig, check_float, check_int
-from .embeddings import Problem, make_problem
+from .embeddings import Problem, check_problem, make_problem
 from .task import Batch, sample_batch
 from .theory import critical_snr
 
@@ -127,8 +127,7 @@ def coverage_exact_nstar(V: int, threshold: float = 0.99) -> int:
 # ----------------------------------------------------------------------------- first-gradient statistics
 
 def _check_problem(problem) -> Problem:
-    if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
+    check_problem(problem)
     if problem.cfg.model != "attn" or problem.cfg.eos_key or problem.cfg.noise_vocab:
         raise ValueError("problem must be the attention-only model without EOS key or noise vocabulary")
     return problem

@@ -26,13 +26,12 @@ import math
 import torch
 
 from .tokens import chunk_size, chunks, position_scores
-from .embeddings import Problem
+from .embeddings import Problem, check_problem
 from .task import Batch, check_batch
 
 
 def _check(problem: Problem, k: torch.Tensor) -> torch.Tensor:
-    if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
+    check_problem(problem)
     if not isinstance(k, torch.Tensor) or k.shape != (problem.cfg.d,):
         raise ValueError(f"k must be a tensor of shape (d={problem.cfg.d},), got "
                          f"{tuple(k.shape) if isinstance(k, torch.Tensor) else type(k).__name__}")
@@ -111,8 +110,7 @@ def k_population(problem: Problem) -> torch.Tensor:
 
 
 def _check_population(problem: Problem, name: str):
-    if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
+    check_problem(problem)
     cfg = problem.cfg
     if cfg.model != "attn" or cfg.noise_vocab or not cfg.trigger_in_value or cfg.eos_key:
         raise ValueError(f"{name} needs model='attn', no noise_vocab, trigger_in_value=True, eos_key=False")

@@ -62,8 +62,7 @@ def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") 
     `generator(seed, "data", split, j)`, so the first N samples of a batch of size N' >= N are exactly
     the batch of size N (N* curves are then monotone in the data, not re-drawn at every N).
     """
-    if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a Problem (see lib.make_problem), got {type(problem).__name__}")
+    check_problem(problem)
     N = check_int("N", N, 1)
     if not isinstance(split, str):
         raise ValueError(f"split must be a string, got {split!r}")
