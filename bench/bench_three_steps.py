@@ -8,7 +8,7 @@
             limit mode the cheapest form of its three passes' bincounts, bag, lookup and row maximum,
             each in one call over all ids; for the finite mode two logit-table steps (forward bag,
             softmax, reverse bag) -- what a route without fused kernels cannot beat.
-  native  : both modes run on lib.native's fused C loops when they load (the default), and again
+  native  : both modes run on lib.native's fused numba loops when they load (the default), and again
             on torch primitives only (lib.native.disabled()), both printed.
 Prints medians (floor and limit: of --repeat runs; finite: of --repeat-finite runs), the ratios
 limit / floor and finite before / after, the same ratios for the primitives alone, the relative
@@ -97,7 +97,7 @@ def main():
     batch = lib.sample_batch(problem, a.N, 0)
     flat = batch.tokens.reshape(-1)
     t_floor, _ = timed(lambda: torch.bincount(flat, minlength=cfg.V_in), a.repeat)
-    print(f"lib.native (fused C loops): {'on' if lib.native.available() else 'OFF (no C compiler, or RECALL_NATIVE=0)'}",
+    print(f"lib.native (fused numba loops): {'on' if lib.native.available() else 'OFF (no numba, or RECALL_NATIVE=0)'}",
           flush=True)
     t_lim, _ = timed(lambda: lib.three_steps(problem, batch, "limit"), a.repeat)
     with lib.native.disabled():

@@ -12,7 +12,7 @@ measured in the same run, and a long Adam run.
              GEMMs per sample), the route chapter 10 was first written on;
   primitives: one pass of each torch primitive of the table route (bench/primitives.py), the most
              this route can gain without a fused kernel.
-  native   : the count step runs on lib.native's fused C loops when they load (the default), and is
+  native   : the count step runs on lib.native's fused numba loops when they load (the default), and is
              timed again on torch primitives only (lib.native.disabled()).
 The parameters are the finite-mode three-step solution (a generic point, not zero). Prints the
 times, the ratios count / floor and autograd / count, the peak resident memory of this process
@@ -79,7 +79,7 @@ def main() -> None:
     token_index(problem, fresh, table_chunk_size(problem))
     t_index = time.perf_counter() - t
     del fresh
-    print(f"lib.native (fused C loops): {'on' if lib.native.available() else 'OFF (no C compiler, or RECALL_NATIVE=0)'}",
+    print(f"lib.native (fused numba loops): {'on' if lib.native.available() else 'OFF (no numba, or RECALL_NATIVE=0)'}",
           flush=True)
     count_gradients(problem, start, batch)                        # warm-up (and the peak of the count route)
     peak_count = peak_mib()
@@ -105,7 +105,7 @@ def main() -> None:
     print(f"         (route: {'logit tables' if lib.counts.uses_tables(problem, start) else 'features'}; "
           f"its batch index, built once before the steps: {t_index:.3f} s)", flush=True)
     print(f"         the same route on torch primitives only (lib.native off): {count_torch:.3f} s "
-          f"= {count_torch / count:.2f} x the step with the C loops", flush=True)
+          f"= {count_torch / count:.2f} x the step with the numba loops", flush=True)
     print(f"peak RSS after the count-route steps: {peak_count:.0f} MiB (before them: {before:.0f} MiB)", flush=True)
     feat = median_time(lambda: count_gradients(problem, start, batch, tables=False), a.repeat)
     print(f"features one gradient on the feature route (median of {a.repeat}): {feat:.3f} s "

@@ -4,7 +4,8 @@ Modules, one concept each, listed bottom-up: each imports only modules above it 
 (tests/test_layers.py reads the imports and checks it). Chapter in brackets.
   featuremaps  the models as registered feature maps (phi, vjp, width); activations; MLP input  [3, 8]
   config       TaskConfig and argument validation                                              [all]
-  native       optional fused C loops (lib/native.c, compiled on first use) for the count routes [7, 10]
+  _native_loops  the numba loops behind native (imported by it only where numba imports)  [7, 10]
+  native       optional fused CPU loops (numba, compiled on first use) for the count routes [7, 10]
   seed         the one seed helper: named, explicit generators; the draw switch               [all]
   search       the one monotone search (doubling, then bisection)                              [2, 4-7]
   optim        the full-batch GD / Adam loop                                                   [2, 7]

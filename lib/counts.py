@@ -193,7 +193,7 @@ def table_gradients(problem: Problem, params: Params, batch: Batch, need_V: bool
     - err_n . xi_rest,n), 1 - a_{n,l} summed from the other keys' weights: no difference of two
     logit-sized numbers, so it keeps its digits in float32 when attention sits on the trigger (the
     feature route and autograd form r . v_l - beta and lose them; tests/test_count_gradients.py).
-    The chunk loop runs on lib.native's fused C loops when they load (`_table_sums_native`), else on
+    The chunk loop runs on lib.native's fused numba loops when they load (`_table_sums_native`), else on
     torch primitives (`_table_sums_torch`); the two agree to rounding (tests/test_native.py)."""
     cfg = problem.cfg
     E, U, z, q = problem.E, problem.U, problem.z_trig, problem.z_eos
@@ -281,7 +281,7 @@ def _table_sums_native(problem: Problem, batch: Batch, w, M, T, need_V: bool, ne
 
 
 def _table_sums_torch(problem: Problem, batch: Batch, w, M, T, need_V: bool, need_W: bool) -> TableSums:
-    """The chunk loop of `table_gradients` on torch primitives (GPUs, no C compiler, int64 ids)."""
+    """The chunk loop of `table_gradients` on torch primitives (GPUs, no numba, int64 ids)."""
     cfg = problem.cfg
     E, z, q = problem.E, problem.z_trig, problem.z_eos
     dt, dev = E.dtype, E.device

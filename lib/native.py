@@ -1,4 +1,4 @@
-"""Fused CPU loops for the count routes, in C (`lib/native.c`), compiled on first use and optional.
+"""Fused CPU loops for the count routes, compiled with numba (`lib/_native_loops.py`), and optional.
 
 Torch primitives make several passes over a batch's token ids or a chunk's logits where one loop
 would do: the limit mode's three passes are bincounts, bags and lookups (9x one bincount, measured
@@ -12,106 +12,96 @@ when they load:
   attention     the logit-table step's attention weights (softmax over the keys)
   forward_bag   its logits, sum_t a_t T[x_t], a block of columns at a time (the block stays in cache)
   softmax_rows  its error rows softmax(xi) - e_y with the loss, the hits and every per-sample sum
-                of both gradients (into `RowSums`, one accumulator per thread)
+                of both gradients (into `RowSums`, one accumulator per part)
   reverse_bag   its reverse bag P_j = sum over positions holding j of a err_n, through the batch's
                 `lib.tokens.TokenIndex`, a block of columns at a time
 
-The C file is compiled with the system's C compiler (gcc, else cc, or $CC) into a cache folder
-($RECALL_NATIVE_CACHE, else ~/.cache/recall-native), keyed by the source, the flags and the CPU;
-`available()` says whether it loaded. Set RECALL_NATIVE=0 to turn it off (the torch route is then
-used everywhere, as it is on GPUs, without a compiler, or for tokens that are not int32). The tests
+The loops are numba functions (`@njit(parallel=True, cache=True)`): compiled on first use into
+lib/__pycache__ (or $NUMBA_CACHE_DIR), loaded from there by later processes; no C compiler is
+needed. `available()` says whether they loaded. Set RECALL_NATIVE=0 to turn them off (the torch
+route is then used everywhere, as it is on GPUs or for tokens that are not int32). Without numba,
+or if it fails to compile the loops, the routes take the torch route after one warning. The tests
 bind each loop to its torch route (tests/test_native.py).
 
-Threads: a call splits its samples into `torch.get_num_threads()` ranges, run by OpenMP. The library
-links libgomp.so.1, which resolves to the copy torch has already loaded, so the loops run on torch's
-own thread pool (a second pool would compete with torch's threads, which spin for a while after each
-of torch's parallel regions). What a range adds up goes to its own accumulator, summed in a fixed
-order, so results depend on the thread count as torch's own reductions do, and on nothing else."""
+Threads: a call splits its samples into `torch.get_num_threads()` parts, run by numba's `prange`
+on at most as many of numba's threads (set before each call, so numba follows torch's setting;
+numba's pool is a second one beside torch's, but the two run one after the other). What a part adds
+up goes to its own accumulator, summed in a fixed order, so results depend on torch's thread count
+as torch's own reductions do, and on nothing else (not on numba's)."""
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
+import warnings
 from contextlib import contextmanager
-from pathlib import Path
 
+import numpy as np
 import torch
 
 from .config import check_int
 
-SOURCE = Path(__file__).with_name("native.c")
-PAIR_TABLE_ENTRIES = 2 ** 26   # pair_count's per-thread int32 tables, all threads together (256 MiB)
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
+PAIR_TABLE_ENTRIES = 2 ** 26   # pair_count's per-part int32 tables, all parts together (256 MiB)
+BLOCK = {torch.float32: 128, torch.float64: 64}   # the bags' column blocks (512 bytes)
+# exp(u) is taken as 0 below these u (softmax rows, attention weights): under 1e-34 of a row's sum in
+# the rows (as the C loops had it); in the attention weights, where exp would leave the normal range
+_INT = {np.float32: np.int32, np.float64: np.int64}
+EXP_FLOOR = {np.float32: (-80.0, -87.0), np.float64: (-700.0, -708.0)}
 
 _state: dict = {}
 
 
-def _cpu_key() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    return platform.machine() + flags
-
-
-def _build(cc: str) -> Path:
-    """Compile native.c into the cache (once per source, flags and CPU) and return the library's path.
-    Compiling and linking are two steps, so that -ffast-math does not link crtfastmath.o, which would
-    flush subnormals for the whole process."""
-    src = SOURCE.read_bytes()
-    key = hashlib.sha256(src + " ".join((cc,) + FLAGS).encode() + _cpu_key().encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("RECALL_NATIVE_CACHE") or Path.home() / ".cache" / "recall-native")
-    lib_path = cache / f"native-{key}.so"
-    if lib_path.exists():
-        return lib_path
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        obj, so = Path(tmp) / "native.o", Path(tmp) / "native.so"
-        subprocess.run([cc, *FLAGS, "-c", str(SOURCE), "-o", str(obj)], check=True, capture_output=True, timeout=300)
-        subprocess.run([cc, "-shared", "-fopenmp", str(obj), "-o", str(so), "-lm"], check=True, capture_output=True,
-                       timeout=300)
-        os.replace(so, lib_path)                                       # atomic: concurrent builds agree
-    return lib_path
+def _warm(loops) -> None:
+    """Run every loop once on tiny inputs in both float dtypes: compiles them (or loads them from
+    numba's cache) now, so that a failure shows here and not in the middle of a route."""
+    i32, i64 = np.int32, np.int64
+    tok, inf = np.zeros(4, i32), np.zeros(2, i64)
+    loops.pair_count(tok, inf, 2, 1, 2, 1, 1, np.zeros(1, i32))
+    for dt in (np.float32, np.float64):
+        z, one = dt(0), np.ones(8, dt)
+        loops.beta_counts(tok, inf, 2, 1, 2, 1, one, one, 1.0, np.zeros(1), np.zeros(1))
+        loops.attend(tok, inf, inf, 2, 1, 2, 1, 1, one, z, z, True, np.zeros(2, i64))
+        loops.attention(tok, inf, 2, 1, 2, one, z, z, True, True, np.zeros(4, dt), np.zeros(2, dt), np.zeros(2, dt),
+                        np.zeros(2, dt), z, dt(-1e30), dt(-80), np.zeros(2, np.int32 if dt is np.float32 else np.int64))
+        loops.softmax_rows(2, 1, 2, np.zeros(4, dt), one, 2, inf, np.zeros(2, dt), one, z, z, True, np.zeros(2, dt),
+                           one, inf, np.zeros(4, dt), 2, np.zeros(8), True, np.zeros(16), np.zeros(16, dt), True,
+                           np.zeros(16), 8, tok, 2, 1, np.zeros(4, dt), np.zeros(2, dt), dt(-1e30), dt(-80), z,
+                           np.zeros(2, np.int32 if dt is np.float32 else np.int64))
+        loops.forward_bag(tok, np.zeros(4, dt), 2, 1, 2, 2, one, 2, np.zeros(4, dt), np.zeros(4, dt))
+        loops.reverse_bag(np.arange(4, dtype=i32), np.zeros(1, i32), np.zeros(4, dt), 2, 1, 2, 2, 1, one, 2,
+                          np.zeros(2, dt), np.zeros(4, i32), np.zeros(4, dt), np.zeros(4, dt))
 
 
 def _load():
     if "lib" in _state:
         return _state["lib"]
-    lib = None
+    loops = None
     if os.environ.get("RECALL_NATIVE", "1") != "0":
-        cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")   # gcc: torch's libgomp
-        if cc:
-            try:
-                lib = ctypes.CDLL(str(_build(cc)))
-            except Exception as err:                                  # no home, a failing compiler, ...: off
-                _state["error"] = err
-                lib = None
-    if lib is not None:
-        i64, ptr, f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
-        lib.pair_count.argtypes = [ptr, ptr, i64, i64, i64, i64, i64, ptr]
-        for suffix, real in (("f32", ctypes.c_float), ("f64", ctypes.c_double)):
-            getattr(lib, "attend_" + suffix).argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, real, real, i64, ptr]
-            getattr(lib, "beta_" + suffix).argtypes = [ptr, ptr, i64, i64, i64, i64, ptr, ptr, f64, ptr, ptr]
-            getattr(lib, "rows_" + suffix).argtypes = [i64, i64, i64, ptr, ptr, i64, ptr, ptr, ptr, real, real, ptr,
-                                                       ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, ptr, i64, ptr, i64,
-                                                       i64, ptr, ptr]
-            getattr(lib, "attention_" + suffix).argtypes = [ptr, ptr, i64, i64, i64, ptr, real, real, i64, i64, ptr,
-                                                            ptr, ptr, ptr]
-            getattr(lib, "forward_bag_" + suffix).argtypes = [ptr, ptr, i64, i64, i64, i64, ptr, i64, ptr]
-            getattr(lib, "reverse_bag_" + suffix).argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, i64,
-                                                              ptr, ptr, ptr]
-    _state["lib"] = lib
-    return lib
+        try:
+            import numba
+            from . import _native_loops as loops
+            _warm(loops)
+            _state["numba"] = numba
+            _state["max_threads"] = int(numba.config.NUMBA_NUM_THREADS)
+        except Exception as err:                                      # no numba, a failing compile, ...: off
+            _state["error"] = err
+            loops = None
+            warnings.warn(f"lib.native: numba's fused loops are off ({type(err).__name__}: {err}); the count "
+                          "routes take the slower torch route (pip install numba==0.68.1 for the fused loops)",
+                          RuntimeWarning, stacklevel=3)
+    _state["lib"] = loops
+    return loops
+
+
+def _threads(parts: int) -> None:
+    """numba's threads for the next call: torch's count, at most numba's pool (NUMBA_NUM_THREADS)."""
+    numba = _state["numba"]
+    n = max(1, min(parts, _state["max_threads"]))
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
 
 
 def available() -> bool:
-    """Whether the C loops compiled and loaded (False with RECALL_NATIVE=0 or without a compiler)."""
+    """Whether the numba loops compiled and loaded (False with RECALL_NATIVE=0 or without numba)."""
     return _load() is not None
 
 
@@ -134,10 +124,10 @@ def usable(tokens: torch.Tensor, *tensors: torch.Tensor) -> bool:
 
 
 def ids_in_range(batch, V: int, V_in: int, L: int, tokens: bool = True) -> bool:
-    """Whether the batch's ids lie where the loops index with them (they read raw memory: an id out
-    of range must take the torch route, which reports it): positions in [0, L), labels and informative
-    tokens in [0, V) and, with `tokens`, every token in [0, V_in) (one pass over the ids, which
-    `lib.task.check_batch` already made for batches that came through the public functions)."""
+    """Whether the batch's ids lie where the loops index with them (they index without bounds checks:
+    an id out of range must take the torch route, which reports it): positions in [0, L), labels and
+    informative tokens in [0, V) and, with `tokens`, every token in [0, V_in) (one pass over the ids,
+    which `lib.task.check_batch` already made for batches that came through the public functions)."""
     def inside(t: torch.Tensor, top: int) -> bool:
         lo, hi = torch.aminmax(t)
         return int(lo) >= 0 and int(hi) < top
@@ -145,20 +135,36 @@ def ids_in_range(batch, V: int, V_in: int, L: int, tokens: bool = True) -> bool:
             and inside(batch.informative, V))                          # the positions first: they index the tokens
 
 
-def _suffix(dtype: torch.dtype) -> str:
+def _real(dtype: torch.dtype):
+    """The NumPy scalar type of the loops' float dtype (their scalars are passed in it)."""
     if dtype == torch.float32:
-        return "f32"
+        return np.float32
     if dtype == torch.float64:
-        return "f64"
+        return np.float64
     raise TypeError(f"the native loops take float32 or float64 tensors, not {dtype}")
 
 
-def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
-    return ctypes.c_void_p(t.data_ptr())
+def _np(t: torch.Tensor) -> np.ndarray:
+    """A contiguous tensor as a flat NumPy array over the same memory (zero-copy: never a copy, which
+    the loops would write into in vain)."""
+    if not t.is_contiguous():
+        raise ValueError(f"the loops take contiguous tensors, got strides {t.stride()} for shape {tuple(t.shape)}")
+    return t.detach().view(-1).numpy()
+
+
+def _rows(t: torch.Tensor) -> tuple[np.ndarray, int]:
+    """A matrix whose rows may lie further apart than its width (`padded`) as the flat array from its
+    first entry to its last, and its row stride (zero-copy)."""
+    rows, cols = t.shape
+    if t.stride(1) != 1 and cols > 1:
+        raise ValueError(f"the loops read matrices with contiguous rows, got strides {t.stride()}")
+    ld = t.stride(0) if rows > 1 else cols
+    span = (rows - 1) * ld + cols if rows else 0
+    return torch.as_strided(t.detach(), (span,), (1,)).numpy(), ld
 
 
 def _check_ids(name: str, ids: torch.Tensor, ndim: int) -> None:
-    """The loops read ids as raw int32 memory: anything else would be read wrongly, so refuse it."""
+    """The loops read ids as int32 arrays: anything else would be read wrongly, so refuse it."""
     if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int32 or ids.dim() != ndim or not ids.is_contiguous() \
             or ids.device.type != "cpu":
         raise ValueError(f"{name} must be a contiguous int32 CPU tensor with {ndim} dimension(s), got "
@@ -185,6 +191,15 @@ def _parts(n: int) -> int:
     return max(1, min(torch.get_num_threads(), n))
 
 
+def _loops(parts: int):
+    """The loops, with numba's thread count set for a call split into `parts` parts."""
+    loops = _load()
+    if loops is None:
+        raise RuntimeError(f"lib.native's loops are off (available() is False): {_state.get('error')!r}")
+    _threads(parts)
+    return loops
+
+
 def pair_count(tokens: torch.Tensor, informative: torch.Tensor, V: int, V_in: int, check: bool = True) -> torch.Tensor:
     """(V, V_in) int64: entry (i, j) counts the positions holding token j in samples whose
     informative token is i (tokens (N, L) int32 with N L < 2^31 in [0, V_in), informative (N,) in
@@ -194,12 +209,11 @@ def pair_count(tokens: torch.Tensor, informative: torch.Tensor, V: int, V_in: in
         check_int("V", V, 1), check_int("V_in", V_in, V)
         _check_range("tokens", tokens, V_in)
         _check_range("informative", informative, V, (tokens.shape[0],))
-    lib = _load()
     tok, inf = tokens, _contiguous(informative, torch.long)
     N, L = tok.shape
-    parts = max(1, min(_parts(N), PAIR_TABLE_ENTRIES // (V * V_in)))  # one table per thread, 256 MiB in all
+    parts = max(1, min(_parts(N), PAIR_TABLE_ENTRIES // (V * V_in)))  # one table per part, 256 MiB in all
     out = torch.zeros(parts, V, V_in, dtype=torch.int32)
-    lib.pair_count(_ptr(tok), _ptr(inf), N, parts, L, V, V_in, _ptr(out))
+    _loops(parts).pair_count(_np(tok), _np(inf), N, parts, L, V, V_in, _np(out))
     return out.sum(0, dtype=torch.long)
 
 
@@ -215,15 +229,15 @@ def beta_counts(tokens: torch.Tensor, informative: torch.Tensor, D: torch.Tensor
         check_int("K", K, 1)
         _check_range("tokens", tokens, D.shape[1])
         _check_range("informative", informative, D.shape[0], (tokens.shape[0],))
-    lib = _load()
+    _real(D.dtype)
     tok, inf = tokens, _contiguous(informative, torch.long)
     D, s_w = D.contiguous(), _contiguous(s_w, D.dtype)
-    fn = getattr(lib, "beta_" + _suffix(D.dtype))
     N, L = tok.shape
     parts = _parts(N)
-    counts = torch.zeros(parts, D.shape[1], dtype=torch.float64)      # one accumulator per thread
+    counts = torch.zeros(parts, D.shape[1], dtype=torch.float64)      # one accumulator per part
     sums = torch.zeros(parts, dtype=torch.float64)
-    fn(_ptr(tok), _ptr(inf), N, parts, L, D.shape[1], _ptr(D), _ptr(s_w), 1.0 / K, _ptr(counts), _ptr(sums))
+    _loops(parts).beta_counts(_np(tok), _np(inf), N, parts, L, D.shape[1], _np(D), _np(s_w), 1.0 / K, _np(counts),
+                              _np(sums))
     return counts.sum(0), float(sums.sum())
 
 
@@ -240,15 +254,15 @@ def attend(tokens: torch.Tensor, pos: torch.Tensor, informative: torch.Tensor, S
         _check_range("tokens", tokens, S.numel())
         _check_range("pos", pos, tokens.shape[1], (tokens.shape[0],))
         _check_range("informative", informative, V, (tokens.shape[0],))
-    lib = _load()
+    real = _real(S.dtype)
     tok, p, inf = tokens, _contiguous(pos, torch.long), _contiguous(informative, torch.long)
     S = S.contiguous()
-    fn = getattr(lib, "attend_" + _suffix(S.dtype))
     N, L = tok.shape
+    parts = _parts(N)
     ids = torch.empty(N, dtype=torch.long)
     eos = 0.0 if s_eos is None else float(s_eos)
-    fn(_ptr(tok), _ptr(p), _ptr(inf), N, _parts(N), L, V, S.numel(), _ptr(S), float(bonus), eos,
-       int(s_eos is not None), _ptr(ids))
+    _loops(parts).attend(_np(tok), _np(p), _np(inf), N, parts, L, V, S.numel(), _np(S), real(bonus), real(eos),
+                         s_eos is not None, _np(ids))
     return ids
 
 
@@ -260,24 +274,26 @@ def attention(tokens: torch.Tensor, pos: torch.Tensor, S: torch.Tensor, bonus: f
     of the L positions into a_bag (B, L), with the trigger's set to 0 when `split`; a_{n,l} into a_l,
     the EOS key's into a_eos, and sum_{t != l} a_{n,t} + a_{n,EOS} into rest (B,)."""
     _check_ids("tokens", tokens, 2)
-    lib = _load()
-    fn = getattr(lib, "attention_" + _suffix(S.dtype))
+    real = _real(S.dtype)
     B, L = tokens.shape
-    pos, S = _contiguous(pos, torch.long), S.contiguous()             # kept alive through the call
-    fn(_ptr(tokens), _ptr(pos), B, _parts(B), L, _ptr(S), float(bonus),
-       0.0 if s_eos is None else float(s_eos), int(s_eos is not None), int(split), _ptr(a_bag), _ptr(a_l),
-       ctypes.c_void_p(None) if a_eos is None else _ptr(a_eos), _ptr(rest))
+    parts = _parts(B)
+    pos, S = _contiguous(pos, torch.long), S.contiguous()
+    eos = _np(a_eos) if a_eos is not None else np.zeros(1, real)
+    _loops(parts).attention(_np(tokens), _np(pos), B, parts, L, _np(S), real(bonus),
+                            real(0.0 if s_eos is None else s_eos), s_eos is not None, bool(split), _np(a_bag),
+                            _np(a_l), eos, _np(rest), real(0), real(np.finfo(real).min), real(EXP_FLOOR[real][1]),
+                            np.empty(parts * L, _INT[real]))
 
 
 class RowSums:
-    """What the softmax rows of a step add up, one accumulator per thread (float64), summed by `totals`:
+    """What the softmax rows of a step add up, one accumulator per part (float64), summed by `totals`:
     the loss and the hits; with `sums`, sum_n tiv a_{n,l} err_n and sum_n a_{n,EOS} err_n (V,) each;
     with `ds`, the attention gradient's token sums (V_in,), its trigger and EOS sums."""
 
     def __init__(self, V: int, V_in: int, sums: bool, ds: bool, dtype: torch.dtype = torch.float64):
         P = torch.get_num_threads()
         self.V, self.V_in = V, V_in
-        # one row per thread, rows a multiple of 64 bytes long plus 64 more: no cache line is shared
+        # one row per part, rows a multiple of 64 bytes long plus 64 more: no cache line is shared
         self.ld = (max(2 * V, V_in + 2) + 7) // 8 * 8 + 8
         self.stats = torch.zeros(P, 8, dtype=torch.float64)
         self.scratch = torch.zeros(P, self.ld, dtype=dtype) if sums else None   # a part's float sums
@@ -301,34 +317,49 @@ def softmax_rows(xi_rest: torch.Tensor, table: torch.Tensor, informative: torch.
     xi_n = xi_rest_n + split a_n T[x*_n] + tiv a_n xi_z + a_eos[n] xi_q, writes
     err_n = softmax(xi_n) - e_{y_n} into err (B, V) and adds to `acc` (a `RowSums`) the loss, the hits
     (rows whose first maximum is the label) and, as `acc` asks: the value gradient's trigger and EOS
-    sums, and the attention gradient's sums (which need `tokens`, `a_bag` and `rest` from `attention`,
-    and split; lib/native.c says what is added)."""
+    sums (sum_n tiv a_n err_n, sum_n a_eos[n] err_n), and the attention gradient's sums (which need
+    `tokens`, `a_bag` and `rest` from `attention`, and split): with r_rest = err_n . (xi_rest_n +
+    a_eos[n] xi_q), r_l = err_n . (T[x*_n] + tiv xi_z), beta = r_rest + a_n r_l and
+    ds_l = a_n (rest_n r_l - r_rest): ds[x*_n] += ds_l, ds[x_{n,t}] -= a_bag[n, t] beta for every t,
+    ds[V_in] += ds_l and ds[V_in + 1] += a_eos[n] (err_n . xi_q - beta)."""
     if tokens is not None:
         _check_ids("tokens", tokens, 2)
-    lib = _load()
-    fn = getattr(lib, "rows_" + _suffix(xi_rest.dtype))
+    real = _real(xi_rest.dtype)
     B, V = xi_rest.shape
-    null = ctypes.c_void_p(None)
-    opt = lambda t: null if t is None else _ptr(t)                     # noqa: E731
+    parts = _parts(B)
+    if acc.stats.shape[0] < parts:
+        raise ValueError(f"acc has {acc.stats.shape[0]} accumulators, the call needs {parts} "
+                         "(a RowSums made under fewer torch threads)")
+    f64 = np.zeros(1)
+    opt = lambda t, empty: empty if t is None else _np(t)               # noqa: E731
     L = 0 if tokens is None else tokens.shape[1]
-    inf, lab = _contiguous(informative, torch.long), _contiguous(labels, torch.long)   # alive through the call
-    fn(B, _parts(B), V, _ptr(xi_rest), _ptr(table), table.stride(0), _ptr(inf),
-       _ptr(a_l), _ptr(xi_z), float(split), float(tiv), opt(a_eos), _ptr(xi_q), _ptr(lab),
-       _ptr(err), err.stride(0), _ptr(acc.stats), int(acc.sums is not None), opt(acc.sums), opt(acc.scratch),
-       opt(acc.ds), acc.ld,
-       opt(tokens), L, acc.V_in, opt(a_bag), opt(rest))
+    inf, lab = _contiguous(informative, torch.long), _contiguous(labels, torch.long)
+    table_np, ldt = _rows(table)
+    err_np, lde = _rows(err)
+    dummy = np.zeros(1, real)
+    floor = EXP_FLOOR[real][0]
+    _loops(parts).softmax_rows(
+        B, parts, V, _np(xi_rest.contiguous()), table_np, ldt, _np(inf), _np(a_l), _np(xi_z), real(float(split)),
+        real(tiv), a_eos is not None, opt(a_eos, dummy), _np(xi_q), _np(lab), err_np, lde, _np(acc.stats),
+        acc.sums is not None, opt(acc.sums, f64), opt(acc.scratch, dummy), acc.ds is not None, opt(acc.ds, f64),
+        acc.ld, opt(tokens, np.zeros(1, np.int32)), L, acc.V_in, opt(a_bag, dummy), opt(rest, dummy),
+        real(np.finfo(real).min), real(floor), real(0), np.empty(parts * V, _INT[real]))
 
 
 def forward_bag(tokens: torch.Tensor, a: torch.Tensor, table: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """out (B, V) = sum_t a[n, t] table[tokens[n, t]]: `embedding_bag(tokens, table, mode="sum",
-    per_sample_weights=a)`, column block by column block (tokens (B, L) int32, a (B, L), table (V_in, V),
-    all contiguous and of one float dtype)."""
+    per_sample_weights=a)`, column block by column block (tokens (B, L) int32, a (B, L), table (V_in, V)
+    with rows that may be padded, out contiguous, all of one float dtype)."""
     _check_ids("tokens", tokens, 2)
-    lib = _load()
-    fn = getattr(lib, "forward_bag_" + _suffix(table.dtype))
+    _real(table.dtype)
+    if not out.is_contiguous():
+        raise ValueError("out must be a contiguous (B, V) tensor")
     B, L = tokens.shape
+    parts = _parts(B)
     a = a.contiguous()                                                 # (no copy when it is already)
-    fn(_ptr(tokens), _ptr(a), B, _parts(B), L, table.shape[1], _ptr(table), table.stride(0), _ptr(out))
+    table_np, ldt = _rows(table)
+    work = np.empty(parts * BLOCK[table.dtype], dtype=table_np.dtype)
+    _loops(parts).forward_bag(_np(tokens), _np(a), B, parts, L, table.shape[1], table_np, ldt, _np(out), work)
     return out
 
 
@@ -337,22 +368,25 @@ def reverse_bag(order: torch.Tensor, offsets: torch.Tensor, a: torch.Tensor, err
     """P (V_in, V) += the reverse bag of a chunk: row j gains sum over the chunk's positions n L + t
     holding token j of a[n, t] err[n], from the positions sorted by token (`order` (B L,) int32) and
     each token's first place in it (`offsets` (V_in,) int32) of a `lib.tokens.TokenIndex`. `work`:
-    int32 and float buffers of B L entries (`TokenIndex.work_buffers`). All contiguous, on the CPU."""
+    int32 and float buffers of B L entries (`TokenIndex.work_buffers`). All contiguous (err's rows
+    may be padded), on the CPU."""
     _check_ids("order", order, 1)
     _check_ids("offsets", offsets, 1)
-    lib = _load()
-    fn = getattr(lib, "reverse_bag_" + _suffix(err.dtype))
+    _real(err.dtype)
     B, L = a.shape
+    parts = _parts(B)
     a = a.contiguous()
-    fn(_ptr(order), _ptr(offsets), _ptr(a), B, _parts(B), L, err.shape[1], P.shape[0], _ptr(err), err.stride(0),
-       _ptr(P), _ptr(work[0]), _ptr(work[1]))
+    err_np, lde = _rows(err)
+    acc = np.empty(parts * BLOCK[err.dtype], dtype=err_np.dtype)
+    _loops(parts).reverse_bag(_np(order), _np(offsets), _np(a), B, parts, L, err.shape[1], P.shape[0], err_np, lde,
+                              _np(P), _np(work[0]), _np(work[1]), acc)
     return P
 
 
 def padded(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
     """An empty (rows, cols) view whose rows lie 64 bytes further apart than cols entries: with V a
     power of two, rows V entries apart map onto few cache sets, and a column block read down them
-    (forward_bag's table, reverse_bag's err) evicts itself (measured: 1.8 s against 0.85 s per 10^6
-    samples for the forward bag at V = 1024, L = 64)."""
+    (forward_bag's table, reverse_bag's err) evicts itself (measured with the C loops: 1.8 s against
+    0.85 s per 10^6 samples for the forward bag at V = 1024, L = 64)."""
     pad = 64 // torch.tensor([], dtype=dtype).element_size()
     return torch.empty(rows, cols + pad, dtype=dtype)[:, :cols]

@@ -198,7 +198,7 @@ def test_bayes_accuracy_without_trigger_equals_exact_enumeration():
 
 def test_token_ids_are_stored_as_int32_and_give_the_int64_results():
     """sample_batch keeps token ids in int32 (half the memory); every torch route gives exactly what
-    the same batch stored as int64 gives (int64 ids never take lib.native's C loops, which agree with
+    the same batch stored as int64 gives (int64 ids never take lib.native's numba loops, which agree with
     the torch routes to rounding: tests/test_native.py)."""
     with lib.native.disabled():
         _int32_equals_int64()

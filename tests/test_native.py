@@ -1,9 +1,10 @@
-"""The C loops of lib.native against the torch primitives they replace, loop by loop and through the
-routes that use them (lib.counts), in float32 and float64; and the torch route when they are off."""
+"""The numba loops of lib.native against the torch primitives they replace, loop by loop and through the
+routes that use them (lib.counts), in float32 and float64; the torch route when they are off, and the
+one warning when numba is missing or fails."""
 import os
-import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -14,15 +15,18 @@ from lib import native
 from lib.counts import attended_groups, count_gradients, limit_attn
 from conftest import small_cfg, rel, random_params
 
-HAS_CC = bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
-needs_native = pytest.mark.skipif(not native.available(), reason="no C compiler: lib.native is off")
+try:
+    import numba
+except ImportError:                                                    # the torch route is tested without it
+    numba = None
+needs_native = pytest.mark.skipif(not native.available(), reason="no numba: lib.native is off")
 
 
-def test_native_loads_where_there_is_a_compiler():
-    """With a C compiler on the machine the loops must build and load (else the speed is silently lost)."""
-    if not HAS_CC:
-        pytest.skip("no C compiler on this machine")
-    assert native.available(), f"lib.native did not build: {native._state.get('error')!r}"
+def test_native_loads_where_numba_is_installed():
+    """With numba installed the loops must compile and load (else the speed is lost, with a warning)."""
+    if numba is None:
+        pytest.skip("numba is not installed")
+    assert native.available(), f"lib.native did not load: {native._state.get('error')!r}"
 
 
 def test_without_the_loops_every_route_still_runs():
@@ -40,18 +44,40 @@ def test_without_the_loops_every_route_still_runs():
     assert float(out.stdout) == pytest.approx(float(k.norm()), rel=1e-12)
 
 
-def test_a_failed_build_leaves_the_loops_off(tmp_path, monkeypatch):
-    """A compiler that fails: available() is False, with the error kept, and nothing raises."""
+@pytest.mark.parametrize("how", ["no numba", "failed compile"])
+def test_without_numba_the_routes_warn_once_and_give_the_torch_numbers(how, monkeypatch):
+    """numba missing (its import fails) or failing to compile the loops: one RuntimeWarning naming the
+    torch route, available() False with the error kept, and the routes give the torch route's numbers
+    without warning again."""
+    cfg = small_cfg(V=8, d=8, L=4)
+    problem = lib.make_problem(cfg, 0)
+    batch = lib.sample_batch(problem, 300, 0)
+    params = random_params(cfg, 1, 0.5)
+    with native.disabled():
+        want = limit_attn(problem, batch), count_gradients(problem, params, batch, tables=True)
     saved = dict(native._state)
     try:
         native._state.clear()
-        monkeypatch.setenv("CC", "false")
-        monkeypatch.setenv("RECALL_NATIVE_CACHE", str(tmp_path))
-        assert not native.available()
-        assert isinstance(native._state.get("error"), subprocess.CalledProcessError)
+        if how == "no numba":
+            monkeypatch.setitem(sys.modules, "numba", None)            # `import numba` raises ImportError
+        else:
+            def fail(loops):
+                raise RuntimeError("simulated compile failure")
+            monkeypatch.setattr(native, "_warm", fail)
+        with pytest.warns(RuntimeWarning, match="slower torch route") as caught:
+            assert not native.available()
+        assert len([w for w in caught if "torch route" in str(w.message)]) == 1
+        assert isinstance(native._state.get("error"), ImportError if how == "no numba" else RuntimeError)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")                             # once: no second warning
+            assert not native.available()
+            got = limit_attn(problem, batch), count_gradients(problem, params, batch, tables=True)
     finally:
         native._state.clear()
         native._state.update(saved)
+    assert all(torch.equal(x, y) for x, y in zip(got[0], want[0]))
+    assert got[1].loss == want[1].loss and got[1].correct == want[1].correct
+    assert torch.equal(got[1].W_V, want[1].W_V) and torch.equal(got[1].W_KQ, want[1].W_KQ)
 
 
 def _tokens(N, L, V_in, seed):
@@ -200,7 +226,7 @@ def test_limit_passes_equal_torch(dtype, eos):
 @needs_native
 @pytest.mark.parametrize("tiv,eos", [(True, False), (False, True), (True, True)])
 def test_routes_with_and_without_the_loops_agree(tiv, eos):
-    """table_gradients (all need_V / need_W), limit_attn and finite mode: C loops against torch, float64."""
+    """table_gradients (all need_V / need_W), limit_attn and finite mode: numba loops against torch, float64."""
     cfg = small_cfg(V=70, d=24, L=9, trigger_in_value=tiv, eos_key=eos)
     problem = lib.make_problem(cfg, 5)
     batch = lib.sample_batch(problem, 3000, 6)
@@ -241,10 +267,33 @@ def test_the_loops_do_not_depend_on_the_thread_count_beyond_rounding():
 
 
 @needs_native
+def test_numba_follows_torchs_thread_count_and_its_own_does_not_matter():
+    """numba runs a call on min(torch's threads, NUMBA_NUM_THREADS) threads; the parts (and so the
+    numbers) follow torch's count alone: numba's own count changes no digit."""
+    cfg = small_cfg(V=64, d=16, L=8)
+    problem = lib.make_problem(cfg, 1)
+    batch = lib.sample_batch(problem, 999, 2)
+    params = random_params(cfg, 3, 0.8)
+    before = torch.get_num_threads()
+    top = numba.config.NUMBA_NUM_THREADS
+    try:
+        torch.set_num_threads(2)
+        want = count_gradients(problem, params, batch, tables=True)
+        assert numba.get_num_threads() == min(2, top)
+        with pytest.MonkeyPatch.context() as mp:                       # numba on one thread, torch's 2 parts
+            mp.setattr(native, "_threads", lambda parts: numba.set_num_threads(1))
+            got = count_gradients(problem, params, batch, tables=True)
+            assert numba.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert got.loss == want.loss and torch.equal(got.W_V, want.W_V) and torch.equal(got.W_KQ, want.W_KQ)
+
+
+@needs_native
 @pytest.mark.parametrize("where", ["W_V", "W_KQ"])
 def test_non_finite_parameters_take_the_torch_route(where, monkeypatch):
-    """The C loops assume finite tables (-ffast-math): with an infinite or NaN parameter the step runs
-    on torch's route, and gives what it gives."""
+    """The loops assume finite tables (their softmax rows): with an infinite or NaN parameter the step
+    runs on torch's route, and gives what it gives."""
     cfg = small_cfg(V=9, d=6, L=4)
     problem = lib.make_problem(cfg, 0)
     batch = lib.sample_batch(problem, 50, 0)
@@ -294,9 +343,9 @@ def test_many_chunks_threads_and_float32_agree_with_torch(tiv, eos, noise, L, mo
 
 @needs_native
 def test_the_loops_leave_subnormals_to_torch():
-    """The loops leave the floating-point mode as they found it (no process-wide flush to zero, as
-    -ffast-math's crtfastmath would set): afterwards torch keeps subnormals, on the calling thread
-    and on its pool's threads."""
+    """The loops leave the floating-point mode as they found it (no process-wide flush to zero, as a
+    fast-math runtime would set): afterwards torch keeps subnormals, on the calling thread and on its
+    pool's threads."""
     cfg = small_cfg(V=64, d=16, L=8, dtype="float32")
     problem = lib.make_problem(cfg, 1)
     batch = lib.sample_batch(problem, 2000, 2)

@@ -1,0 +1,457 @@
+"""The numba loops behind `lib.native` (imported by it only when numba imports; see lib/native.py).
+
+Every kernel takes 1-dimensional C-contiguous NumPy views of the caller's tensors (zero-copy; a
+matrix with padded rows is passed as its flat storage and a row stride, `ld*`), splits its N samples
+into `parts` contiguous ranges (part i: samples [i ceil(N / parts), ...)) run by `prange`, and puts
+what part i adds up into accumulator i, which the caller sums in order: the results depend on
+`parts` (the torch thread count) and on nothing else, not on how many threads numba runs. Token ids
+are int32, informative tokens, positions and labels int64. Ids are validated by the callers before
+any loop (a raise inside a prange loop would turn parallelism off). No fast-math flag but
+`contract` (fused multiply-adds, which change results by rounding only); the reductions keep their
+order, NaN and infinity keep their meaning."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+FAST = {"contract"}   # fused multiply-adds only: results change by rounding, nothing is assumed finite
+OPTS = dict(cache=True, nogil=True, fastmath=FAST, error_model="numpy", boundscheck=False)
+GROUP = 64            # samples sweeping one column block of the table in the forward bag
+LANES = 8             # partial maxima of a row, so that its maximum vectorises (a maximum is exact in any order)
+
+
+@njit(inline="always", cache=True)
+def _exp_f32(u):
+    """exp(u) of a float32 u <= 0 (not below -88) in float32 arithmetic, without a call (so that a loop of
+    them vectorises): u = k ln 2 + r, |r| <= ln 2 / 2, Cephes' expf polynomial for e^r (an error of about
+    one unit in the last place, as libm's), times 2^k made from its bits."""
+    k = np.floor(u * np.float32(1.44269504088896341) + np.float32(0.5))
+    r = u - k * np.float32(0.693359375)
+    r = r - k * np.float32(-2.12194440e-4)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * (r * r) + r + np.float32(1.0)
+    return p, np.int32(k)
+
+
+@njit(inline="always", cache=True)
+def _exp_f64(u):
+    """exp(u) of a float64 u <= 0 (not below -708) as `_exp_f32`, with Cephes' exp (a Pade form)."""
+    k = np.floor(u * 1.4426950408889634073599 + 0.5)
+    r = u - k * 6.93145751953125e-1
+    r = r - k * 1.42860682030941723212e-6
+    rr = r * r
+    p = ((1.26177193074810590878e-4 * rr + 3.02994407707441961300e-2) * rr + 9.99999999999999999910e-1) * r
+    q = ((3.00198505138664455042e-6 * rr + 2.52448340349684104192e-3) * rr + 2.27265548208155028766e-1) * rr \
+        + 2.00000000000000000009e0
+    return 1.0 + 2.0 * p / (q - p), np.int64(k)
+
+
+@njit(cache=True)
+def _exp_rows(e, m, floor, zero, bits):
+    """e[j] = exp(e[j] - m) (0 where e[j] - m < floor, floor >= -80 in float32, -700 in float64) for a
+    row e, and their sum (in order); `bits`: a work row of e's integer width, viewed as floats."""
+    V = e.shape[0]
+    scale = bits.view(e.dtype)
+    if bits.itemsize == 4:                        # float32
+        for j in range(V):
+            u32 = e[j] - m
+            p32, k32 = _exp_f32(u32 if u32 > floor else floor)
+            e[j] = p32
+            bits[j] = ((k32 + np.int32(127)) << np.int32(23)) if u32 >= floor else np.int32(0)   # 2^k, or 0
+    else:
+        for j in range(V):
+            u64 = e[j] - m
+            p64, k64 = _exp_f64(u64 if u64 > floor else floor)
+            e[j] = p64
+            bits[j] = ((k64 + np.int64(1023)) << np.int64(52)) if u64 >= floor else np.int64(0)
+    s = zero
+    for j in range(V):
+        p = e[j] * scale[j]
+        e[j] = p
+        s += p
+    return s
+
+
+@njit(inline="always", cache=True)
+def _row_max(e, lowest, lanes):
+    """The maximum of e (finite), from LANES partial maxima (`lanes`: a work array of LANES entries)."""
+    V = e.shape[0]
+    for q in range(LANES):
+        lanes[q] = lowest
+    j = 0
+    while j + LANES <= V:
+        for q in range(LANES):
+            v = e[j + q]
+            lanes[q] = v if v > lanes[q] else lanes[q]
+        j += LANES
+    m = lowest
+    for q in range(LANES):
+        m = lanes[q] if lanes[q] > m else m
+    while j < V:
+        m = e[j] if e[j] > m else m
+        j += 1
+    return m
+
+
+@njit(inline="always", cache=True)
+def _span(N, parts, i):
+    step = (N + parts - 1) // parts
+    n0 = i * step
+    return n0, min(n0 + step, N)
+
+
+# --------------------------------------------------------------------------------- the limit mode
+
+@njit(**OPTS)
+def _pair_count_part(tok, inf, N, parts, L, V, V_in, out, i):
+    n0, n1 = _span(N, parts, i)
+    base = i * V * V_in
+    for n in range(n0, n1):
+        row = base + inf[n] * V_in
+        x = n * L
+        for t in range(L):
+            out[row + tok[x + t]] += 1
+
+
+@njit(parallel=True, **OPTS)
+def pair_count(tok, inf, N, parts, L, V, V_in, out):
+    """Pass 1: out[i][x*_n V_in + x_{n,t}] += 1 for every position (parts int32 tables (V, V_in))."""
+    for i in prange(parts):
+        _pair_count_part(tok, inf, N, parts, L, V, V_in, out, i)
+
+
+@njit(**OPTS)
+def _beta_part(tok, inf, N, parts, L, V_in, D, s_w, inv_K, counts, sums, i):
+    n0, n1 = _span(N, parts, i)
+    c0 = i * V_in
+    total = 0.0
+    for n in range(n0, n1):
+        row = inf[n] * V_in
+        x = n * L
+        b0 = 0.0
+        b1 = 0.0
+        b2 = 0.0
+        b3 = 0.0                                  # four chains: the adds' latency, not one long chain
+        t = 0
+        while t + 4 <= L:
+            b0 += D[row + tok[x + t]]
+            b1 += D[row + tok[x + t + 1]]
+            b2 += D[row + tok[x + t + 2]]
+            b3 += D[row + tok[x + t + 3]]
+            t += 4
+        while t < L:
+            b0 += D[row + tok[x + t]]
+            t += 1
+        b = (((b0 + b1) + (b2 + b3)) + s_w[inf[n]]) * inv_K
+        for t in range(L):
+            counts[c0 + tok[x + t]] += b
+        total += b
+    sums[i] += total
+
+
+@njit(parallel=True, **OPTS)
+def beta_counts(tok, inf, N, parts, L, V_in, D, s_w, inv_K, counts, sums):
+    """Pass 2: beta_n = (sum_t D[x*_n, x_t] + s_w[x*_n]) inv_K (in float64); counts[i][x_{n,t}] += beta_n
+    and sums[i] += beta_n (part i's accumulators)."""
+    for i in prange(parts):
+        _beta_part(tok, inf, N, parts, L, V_in, D, s_w, inv_K, counts, sums, i)
+
+
+@njit(**OPTS)
+def _attend_part(tok, pos, inf, N, parts, L, V, V_in, S, bonus, s_eos, has_eos, ids, i):
+    n0, n1 = _span(N, parts, i)
+    for n in range(n0, n1):
+        x = n * L
+        l = pos[n]
+        best_t = 0
+        best = S[tok[x]]
+        if l == 0:
+            best += bonus
+        for t in range(1, L):
+            s = S[tok[x + t]]
+            if t == l:
+                s += bonus
+            if s > best:
+                best = s
+                best_t = t
+        group = V_in if best_t == l else np.int64(tok[x + best_t])
+        if has_eos and s_eos > best:
+            group = V_in + 1
+        ids[n] = inf[n] + group * V
+
+
+@njit(parallel=True, **OPTS)
+def attend(tok, pos, inf, N, parts, L, V, V_in, S, bonus, s_eos, has_eos, ids):
+    """Pass 3: ids[n] = x*_n + group V, group the argmax of S[x_t] (+ bonus at position l; then the EOS
+    key s_eos if has_eos) with the first maximum winning: the token, V_in (position l) or V_in + 1 (EOS).
+    S, bonus and s_eos of one float dtype, compared in it."""
+    for i in prange(parts):
+        _attend_part(tok, pos, inf, N, parts, L, V, V_in, S, bonus, s_eos, has_eos, ids, i)
+
+
+# ------------------------------------------------------------------------------ the logit-table step
+
+@njit(**OPTS)
+def _attention_part(tok, pos, N, parts, L, S, bonus, s_eos, has_eos, split, a_bag, a_l, a_eos, rest, zero, lowest,
+                    floor, bits_all, i):
+    n0, n1 = _span(N, parts, i)
+    one = zero + 1
+    lanes = np.full(LANES, lowest)
+    bits = bits_all[i * L:(i + 1) * L]
+    for n in range(n0, n1):
+        x = n * L
+        a = a_bag[x:x + L]
+        l = pos[n]
+        for t in range(L):
+            a[t] = S[tok[x + t]]
+        a[l] += bonus
+        m = _row_max(a, lowest, lanes)
+        if has_eos and s_eos > m:
+            m = s_eos
+        z = _exp_rows(a, m, floor, zero, bits)   # below floor (the least normal number's log): 0
+        e_eos = np.exp(s_eos - m) if has_eos else zero
+        inv = one / (z + e_eos)
+        for t in range(L):
+            a[t] *= inv
+        al = a[l]
+        a[l] = zero                               # the others' sum, without a_l: no cancellation
+        others = zero
+        for t in range(L):
+            others += a[t]
+        a_l[n] = al
+        rest[n] = others + e_eos * inv
+        if has_eos:
+            a_eos[n] = e_eos * inv
+        if not split:
+            a[l] = al
+
+
+@njit(parallel=True, **OPTS)
+def attention(tok, pos, N, parts, L, S, bonus, s_eos, has_eos, split, a_bag, a_l, a_eos, rest, zero, lowest, floor,
+              bits_all):
+    """The attention weights of a chunk: softmax over s_t = S[x_t] (+ bonus at l) and s_eos (with
+    has_eos). a_bag[n] = a_{n,1..L} (a_{n,l} set to 0 when split), a_l[n] = a_{n,l}, a_eos[n] (with
+    has_eos), rest[n] = sum_{t != l} a_{n,t} + a_{n,EOS}, summed from the other keys. `zero`, `lowest`
+    and `floor` in the float dtype; bits_all: parts work rows of L integers of its width."""
+    for i in prange(parts):
+        _attention_part(tok, pos, N, parts, L, S, bonus, s_eos, has_eos, split, a_bag, a_l, a_eos, rest, zero,
+                        lowest, floor, bits_all, i)
+
+
+@njit(**OPTS)
+def _rows_part(N, parts, V, xi_rest, table, ldt, inf, a_l, xi_z, c_split, c_tiv, has_eos, a_eos, xi_q, labels,
+               err, lde, stats, want_sums, sums, scratch, want_ds, ds, ld_acc, tok, L, V_in, a_bag, rest,
+               lowest, floor, zero, bits_all, i):
+    n0, n1 = _span(N, parts, i)
+    one = zero + 1
+    at = i * ld_acc                               # this part's rows of sums (trigger, then EOS), ds, scratch
+    st = sums[at:at + V]                          # (inner loops index views by the loop counter alone: no
+    se = sums[at + V:at + 2 * V]                  # wraparound test, so that they vectorise)
+    dsi = ds[at:at + ld_acc]
+    ft = scratch[at:at + V]                       # the trigger's sum of this part's rows in the float dtype
+    loss_i = 0.0
+    hits_i = 0.0
+    ds_trig = 0.0
+    ds_eos = 0.0
+    use_ft = want_sums and c_tiv != 0
+    lanes = np.full(LANES, lowest)
+    bits = bits_all[i * V:(i + 1) * V]
+    if use_ft:
+        for j in range(V):
+            ft[j] = zero
+    for n in range(n0, n1):
+        xr = xi_rest[n * V:(n + 1) * V]
+        tl = table[inf[n] * ldt:inf[n] * ldt + V]
+        e = err[n * lde:n * lde + V]
+        an = a_l[n]
+        c1 = an * c_split
+        c2 = an * c_tiv
+        ce = a_eos[n] if has_eos else zero
+        for j in range(V):
+            e[j] = xr[j] + c1 * tl[j] + c2 * xi_z[j] + ce * xi_q[j]
+        m = _row_max(e, lowest, lanes)            # the stored logits' maximum, compared with them exactly
+        y = labels[n]
+        xy = e[y]
+        h = xy == m                               # the label holds the maximum, and no earlier entry
+        if h:
+            for j in range(y):
+                if e[j] == m:
+                    h = False
+                    break
+        s = _exp_rows(e, m, floor, zero, bits)    # below floor, exp is under 1e-34 of the sum (>= 1): 0
+        inv = one / s
+        rr = zero
+        rl = zero
+        rq = zero
+        if want_ds:
+            for j in range(V):
+                p = e[j] * inv
+                e[j] = p
+                rr += p * xr[j]
+                rl += p * (tl[j] + c_tiv * xi_z[j])
+                rq += p * xi_q[j]
+        else:
+            for j in range(V):
+                e[j] *= inv
+        if use_ft:
+            for j in range(V):
+                ft[j] += c2 * e[j]
+            ft[y] -= c2
+        e[y] -= one
+        if want_sums and has_eos:
+            for j in range(V):
+                se[j] += np.float64(ce * e[j])
+        loss_i += np.float64(np.log(s)) + np.float64(m) - np.float64(xy)
+        hits_i += 1.0 if h else 0.0
+        if want_ds:
+            rr -= xr[y]
+            rl -= tl[y] + c_tiv * xi_z[y]
+            rq -= xi_q[y]
+            r_rest = np.float64(rr) + np.float64(ce) * np.float64(rq)
+            r_l = np.float64(rl)
+            beta = r_rest + np.float64(an) * r_l
+            ds_l = np.float64(an) * (np.float64(rest[n]) * r_l - r_rest)
+            dsi[inf[n]] += ds_l
+            x = n * L
+            for t in range(L):
+                dsi[tok[x + t]] -= np.float64(a_bag[x + t]) * beta
+            ds_trig += ds_l
+            if has_eos:
+                ds_eos += np.float64(ce) * (np.float64(rq) - beta)
+    if use_ft:
+        for j in range(V):
+            st[j] += np.float64(ft[j])
+    stats[i * 8] += loss_i
+    stats[i * 8 + 1] += hits_i
+    if want_ds:
+        dsi[V_in] += ds_trig
+        dsi[V_in + 1] += ds_eos
+
+
+@njit(parallel=True, **OPTS)
+def softmax_rows(N, parts, V, xi_rest, table, ldt, inf, a_l, xi_z, c_split, c_tiv, has_eos, a_eos, xi_q, labels,
+                 err, lde, stats, want_sums, sums, scratch, want_ds, ds, ld_acc, tok, L, V_in, a_bag, rest,
+                 lowest, floor, zero, bits_all):
+    """The softmax rows of a chunk (lib/native.py's `softmax_rows` says what is computed): logits into
+    err, softmax minus the label's one-hot, and part i's accumulators (float64, ld_acc entries apart;
+    stats[i] = (loss, hits), sums[i] = (2, V), ds[i] = (V_in + 2)). Three passes over a row (in L1):
+    the logits and their maximum; exp and sum; normalise and the dots."""
+    for i in prange(parts):
+        _rows_part(N, parts, V, xi_rest, table, ldt, inf, a_l, xi_z, c_split, c_tiv, has_eos, a_eos, xi_q, labels,
+                   err, lde, stats, want_sums, sums, scratch, want_ds, ds, ld_acc, tok, L, V_in, a_bag, rest,
+                   lowest, floor, zero, bits_all, i)
+
+
+@njit(**OPTS)
+def _forward_part(tok, a, N, parts, L, V, table, ldt, xi, acc, i):
+    n0, n1 = _span(N, parts, i)
+    CB = acc.shape[0] // parts
+    s = acc[i * CB:(i + 1) * CB]                  # the block's sums (inner loops index views by the loop
+    zero = acc[0] * 0                             # counter alone: no wraparound test, so they vectorise)
+    for g0 in range(n0, n1, GROUP):
+        g1 = min(g0 + GROUP, n1)
+        for c in range(0, V, CB):
+            w = min(CB, V - c)
+            for n in range(g0, g1):
+                for k in range(w):
+                    s[k] = zero
+                x = n * L
+                t = 0
+                while t + 4 <= L:                 # four rows per sweep of the block: a quarter of the
+                    r0 = table[tok[x + t] * ldt + c:]     # block's loads and stores, the same order of adds
+                    r1 = table[tok[x + t + 1] * ldt + c:]
+                    r2 = table[tok[x + t + 2] * ldt + c:]
+                    r3 = table[tok[x + t + 3] * ldt + c:]
+                    w0 = a[x + t]
+                    w1 = a[x + t + 1]
+                    w2 = a[x + t + 2]
+                    w3 = a[x + t + 3]
+                    for k in range(w):
+                        s[k] = (((s[k] + w0 * r0[k]) + w1 * r1[k]) + w2 * r2[k]) + w3 * r3[k]
+                    t += 4
+                while t < L:
+                    r0 = table[tok[x + t] * ldt + c:]
+                    w0 = a[x + t]
+                    for k in range(w):
+                        s[k] += w0 * r0[k]
+                    t += 1
+                out = xi[n * V + c:]
+                for k in range(w):
+                    out[k] = s[k]
+
+
+@njit(parallel=True, **OPTS)
+def forward_bag(tok, a, N, parts, L, V, table, ldt, xi, acc):
+    """xi[n] = sum_t a[n, t] T[x_{n,t}] (T (V_in, V) rows ldt apart, xi (N, V)), column block by column
+    block (acc: parts blocks of CB entries): a block of T stays in cache while GROUP samples sweep it."""
+    for i in prange(parts):
+        _forward_part(tok, a, N, parts, L, V, table, ldt, xi, acc, i)
+
+
+@njit(**OPTS)
+def _reverse_part(order, offsets, a, N, parts, L, V, V_in, err, lde, P, rows_buf, w_buf, acc, i):
+    total = N * L
+    CB = acc.shape[0] // parts
+    zero = acc[0] * 0
+    p_lo = i * total // parts
+    p_hi = (i + 1) * total // parts
+    j0 = 0                                        # the tokens whose runs start in this share
+    while j0 < V_in and offsets[j0] < p_lo:
+        j0 += 1
+    j1 = j0
+    while j1 < V_in and (i == parts - 1 or offsets[j1] < p_hi):
+        j1 += 1
+    if j0 >= j1:
+        return
+    q0 = offsets[j0]
+    q1 = offsets[j1] if j1 < V_in else total
+    for p in range(q0, q1):                       # the rows and weights of the share, once
+        rows_buf[p] = order[p] // L
+        w_buf[p] = a[order[p]]
+    s = acc[i * CB:(i + 1) * CB]
+    for c in range(0, V, CB):
+        w = min(CB, V - c)
+        for j in range(j0, j1):
+            e0 = offsets[j]
+            e1 = offsets[j + 1] if j + 1 < V_in else total
+            if e0 == e1:
+                continue
+            for k in range(w):
+                s[k] = zero
+            p = e0
+            while p + 4 <= e1:                    # four rows per sweep of the block, the same order of adds
+                r0 = err[rows_buf[p] * lde + c:]
+                r1 = err[rows_buf[p + 1] * lde + c:]
+                r2 = err[rows_buf[p + 2] * lde + c:]
+                r3 = err[rows_buf[p + 3] * lde + c:]
+                w0 = w_buf[p]
+                w1 = w_buf[p + 1]
+                w2 = w_buf[p + 2]
+                w3 = w_buf[p + 3]
+                for k in range(w):
+                    s[k] = (((s[k] + w0 * r0[k]) + w1 * r1[k]) + w2 * r2[k]) + w3 * r3[k]
+                p += 4
+            while p < e1:
+                r0 = err[rows_buf[p] * lde + c:]
+                w0 = w_buf[p]
+                for k in range(w):
+                    s[k] += w0 * r0[k]
+                p += 1
+            out = P[j * V + c:]
+            for k in range(w):
+                out[k] += s[k]
+
+
+@njit(parallel=True, **OPTS)
+def reverse_bag(order, offsets, a, N, parts, L, V, V_in, err, lde, P, rows_buf, w_buf, acc):
+    """P[j] += sum over the positions (n, t) holding token j of a[n, t] err[n], from the positions sorted
+    by token (`order`, token j's run from offsets[j] to offsets[j + 1] or N L). Each part owns a run
+    of tokens (rows of P) with about as many positions as the others; column block by column block."""
+    for i in prange(parts):
+        _reverse_part(order, offsets, a, N, parts, L, V, V_in, err, lde, P, rows_buf, w_buf, acc, i)
