@@ -11,7 +11,8 @@ loop by loop and through lib.three_steps (limit and finite mode), in one run on 
 Per loop, the calls that one limit-mode and one finite-mode three_steps make (recorded with their
 arguments, N samples in the route's chunks) are replayed with each implementation: the time is the
 median over --repeat replays of the whole set. three_steps: the median of --repeat runs, the route's
-`lib.counts.native` swapped for the C module for the C column.
+`lib.counts.native` swapped for the C module for the C column. The three implementations are timed in
+turn, repeat after repeat (each warmed once first), so that a busy spell of the machine hits all alike.
 Usage (one thread, as the defaults print): OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python bench/bench_native.py
         [--V 512] [--d 128] [--L 32] [--N 262144] [--dtype float32] [--repeat 3]
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -171,12 +173,23 @@ def record_calls(problem, batch):
     return rec.calls
 
 
-def replay(impl, calls, repeat):
+def interleaved(runs: dict, repeat: int) -> dict:
+    """{name: median seconds of fn()} with the runs taken in turn (each once to warm first): on a
+    loaded machine a slow spell then hits every route alike, not the one timed during it."""
+    times = {name: [] for name in runs}
+    for fn in runs.values():
+        fn()
+    for _ in range(repeat):
+        for name, fn in runs.items():
+            times[name].append(timed(fn, 1)[0])
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def replayer(impl, calls):
     def run():
         for args, kw in calls:
             impl(*args, **kw)
-    run()                                                              # warm (first numba call, page faults)
-    return timed(run, repeat)[0]
+    return run
 
 
 def main():
@@ -205,24 +218,27 @@ def main():
         rows = []
         for name in LOOPS:
             c = calls[name]
-            t = [replay(getattr(impl, name), c, a.repeat) for impl in (native, cmod, TorchLoops)]
-            rows.append((f"{name} ({len(c)} calls)", *t))
-            print(f"  {rows[-1][0]:<28} numba {t[0]:.3f} s  C {t[1]:.3f} s  torch {t[2]:.3f} s", flush=True)
+            t = interleaved({k: replayer(getattr(impl, name), c) for k, impl in
+                             (("numba", native), ("C", cmod), ("torch", TorchLoops))}, a.repeat)
+            rows.append((f"{name} ({len(c)} calls)", t["numba"], t["C"], t["torch"]))
+            print(f"  {rows[-1][0]:<28} numba {t['numba']:.3f} s  C {t['C']:.3f} s  torch {t['torch']:.3f} s", flush=True)
         for mode in ("limit", "finite"):
             kw = {} if mode == "limit" else dict(step_sizes=lib.StepSizes(**STEPS))
-            run = lambda: lib.three_steps(problem, batch, mode, **kw)   # noqa: E731
-            run()
-            t_nb = timed(run, a.repeat)[0]
-            lib.counts.native = cmod
-            try:
-                run()
-                t_c = timed(run, a.repeat)[0]
-            finally:
-                lib.counts.native = native
-            with native.disabled():
-                t_torch = timed(run, a.repeat)[0]
-            rows.append((f"three_steps {mode}", t_nb, t_c, t_torch))
-            print(f"  {rows[-1][0]:<28} numba {t_nb:.3f} s  C {t_c:.3f} s  torch {t_torch:.3f} s", flush=True)
+
+            def route(module, off=False):
+                def run():
+                    lib.counts.native = module
+                    try:
+                        if off:
+                            with native.disabled():
+                                return lib.three_steps(problem, batch, mode, **kw)
+                        return lib.three_steps(problem, batch, mode, **kw)
+                    finally:
+                        lib.counts.native = native
+                return run
+            t = interleaved({"numba": route(native), "C": route(cmod), "torch": route(native, off=True)}, a.repeat)
+            rows.append((f"three_steps {mode}", t["numba"], t["C"], t["torch"]))
+            print(f"  {rows[-1][0]:<28} numba {t['numba']:.3f} s  C {t['C']:.3f} s  torch {t['torch']:.3f} s", flush=True)
     print(f"\nmedians of {a.repeat}, seconds | numba / C: the port's cost (target <= 1.3) | torch / numba: its gain")
     print(f"{'':<28} {'numba':>8} {'C':>8} {'torch':>8} {'numba/C':>8} {'torch/numba':>11}")
     for name, t_nb, t_c, t_torch in rows:

@@ -26,7 +26,7 @@ def _exp_f32(u):
     """exp(u) of a float32 u <= 0 (not below -88) in float32 arithmetic, without a call (so that a loop of
     them vectorises): u = k ln 2 + r, |r| <= ln 2 / 2, Cephes' expf polynomial for e^r (an error of about
     one unit in the last place, as libm's), times 2^k made from its bits."""
-    k = np.floor(u * np.float32(1.44269504088896341) + np.float32(0.5))
+    k = (u * np.float32(1.44269504088896341) + np.float32(12582912.0)) - np.float32(12582912.0)   # rounded: no call
     r = u - k * np.float32(0.693359375)
     r = r - k * np.float32(-2.12194440e-4)
     p = np.float32(1.9875691500e-4)
@@ -42,14 +42,14 @@ def _exp_f32(u):
 @njit(inline="always", cache=True)
 def _exp_f64(u):
     """exp(u) of a float64 u <= 0 (not below -708) as `_exp_f32`, with Cephes' exp (a Pade form)."""
-    k = np.floor(u * 1.4426950408889634073599 + 0.5)
+    k = (u * 1.4426950408889634073599 + 6755399441055744.0) - 6755399441055744.0
     r = u - k * 6.93145751953125e-1
     r = r - k * 1.42860682030941723212e-6
     rr = r * r
     p = ((1.26177193074810590878e-4 * rr + 3.02994407707441961300e-2) * rr + 9.99999999999999999910e-1) * r
     q = ((3.00198505138664455042e-6 * rr + 2.52448340349684104192e-3) * rr + 2.27265548208155028766e-1) * rr \
         + 2.00000000000000000009e0
-    return 1.0 + 2.0 * p / (q - p), np.int64(k)
+    return 1.0 + 2.0 * p / (q - p), np.int64(np.int32(k))   # via int32: a vector conversion on AVX2
 
 
 @njit(cache=True)
@@ -70,12 +70,91 @@ def _exp_rows(e, m, floor, zero, bits):
             p64, k64 = _exp_f64(u64 if u64 > floor else floor)
             e[j] = p64
             bits[j] = ((k64 + np.int64(1023)) << np.int64(52)) if u64 >= floor else np.int64(0)
-    s = zero
-    for j in range(V):
+    return _scale_and_sum(e, scale, zero)
+
+
+@njit(inline="always", cache=True)
+def _scale_and_sum(e, scale, zero):
+    """e[j] *= scale[j], and the sum of the products in eight interleaved partial sums (j mod 8) added
+    in a fixed tree: one chain of adds would wait on each add's latency; this order is the same on
+    every machine (unlike a compiler's reassociation)."""
+    V = e.shape[0]
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+    j = 0
+    while j + 8 <= V:
+        p0 = e[j] * scale[j]
+        p1 = e[j + 1] * scale[j + 1]
+        p2 = e[j + 2] * scale[j + 2]
+        p3 = e[j + 3] * scale[j + 3]
+        p4 = e[j + 4] * scale[j + 4]
+        p5 = e[j + 5] * scale[j + 5]
+        p6 = e[j + 6] * scale[j + 6]
+        p7 = e[j + 7] * scale[j + 7]
+        e[j] = p0
+        e[j + 1] = p1
+        e[j + 2] = p2
+        e[j + 3] = p3
+        e[j + 4] = p4
+        e[j + 5] = p5
+        e[j + 6] = p6
+        e[j + 7] = p7
+        s0 += p0
+        s1 += p1
+        s2 += p2
+        s3 += p3
+        s4 += p4
+        s5 += p5
+        s6 += p6
+        s7 += p7
+        j += 8
+    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    while j < V:
         p = e[j] * scale[j]
         e[j] = p
         s += p
+        j += 1
     return s
+
+
+@njit(inline="always", cache=True)
+def _normalise_and_dot(e, inv, xr, tl, c_tiv, xi_z, xi_q, zero):
+    """e[j] *= inv, and (e . xr, e . (tl + c_tiv xi_z), e . xi_q), each in four interleaved partial sums."""
+    V = e.shape[0]
+    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = c0 = c1 = c2 = c3 = zero
+    j = 0
+    while j + 4 <= V:
+        p0 = e[j] * inv
+        p1 = e[j + 1] * inv
+        p2 = e[j + 2] * inv
+        p3 = e[j + 3] * inv
+        e[j] = p0
+        e[j + 1] = p1
+        e[j + 2] = p2
+        e[j + 3] = p3
+        a0 += p0 * xr[j]
+        a1 += p1 * xr[j + 1]
+        a2 += p2 * xr[j + 2]
+        a3 += p3 * xr[j + 3]
+        b0 += p0 * (tl[j] + c_tiv * xi_z[j])
+        b1 += p1 * (tl[j + 1] + c_tiv * xi_z[j + 1])
+        b2 += p2 * (tl[j + 2] + c_tiv * xi_z[j + 2])
+        b3 += p3 * (tl[j + 3] + c_tiv * xi_z[j + 3])
+        c0 += p0 * xi_q[j]
+        c1 += p1 * xi_q[j + 1]
+        c2 += p2 * xi_q[j + 2]
+        c3 += p3 * xi_q[j + 3]
+        j += 4
+    rr = (a0 + a1) + (a2 + a3)
+    rl = (b0 + b1) + (b2 + b3)
+    rq = (c0 + c1) + (c2 + c3)
+    while j < V:
+        p = e[j] * inv
+        e[j] = p
+        rr += p * xr[j]
+        rl += p * (tl[j] + c_tiv * xi_z[j])
+        rq += p * xi_q[j]
+        j += 1
+    return rr, rl, rq
 
 
 @njit(inline="always", cache=True)
@@ -113,10 +192,10 @@ def _pair_count_part(tok, inf, N, parts, L, V, V_in, out, i):
     n0, n1 = _span(N, parts, i)
     base = i * V * V_in
     for n in range(n0, n1):
-        row = base + inf[n] * V_in
-        x = n * L
+        row = out[base + inf[n] * V_in:]
+        x = tok[n * L:(n + 1) * L]
         for t in range(L):
-            out[row + tok[x + t]] += 1
+            row[np.uint32(x[t])] += 1            # unsigned: no negative-index test (ids checked >= 0)
 
 
 @njit(parallel=True, **OPTS)
@@ -129,7 +208,7 @@ def pair_count(tok, inf, N, parts, L, V, V_in, out):
 @njit(**OPTS)
 def _beta_part(tok, inf, N, parts, L, V_in, D, s_w, inv_K, counts, sums, i):
     n0, n1 = _span(N, parts, i)
-    c0 = i * V_in
+    cnt = counts[i * V_in:(i + 1) * V_in]
     total = 0.0
     for n in range(n0, n1):
         row = inf[n] * V_in
@@ -150,7 +229,7 @@ def _beta_part(tok, inf, N, parts, L, V_in, D, s_w, inv_K, counts, sums, i):
             t += 1
         b = (((b0 + b1) + (b2 + b3)) + s_w[inf[n]]) * inv_K
         for t in range(L):
-            counts[c0 + tok[x + t]] += b
+            cnt[np.uint32(tok[x + t])] += b
         total += b
     sums[i] += total
 
@@ -170,11 +249,11 @@ def _attend_part(tok, pos, inf, N, parts, L, V, V_in, S, bonus, s_eos, has_eos, 
         x = n * L
         l = pos[n]
         best_t = 0
-        best = S[tok[x]]
+        best = S[np.uint32(tok[x])]
         if l == 0:
             best += bonus
         for t in range(1, L):
-            s = S[tok[x + t]]
+            s = S[np.uint32(tok[x + t])]
             if t == l:
                 s += bonus
             if s > best:
@@ -209,7 +288,7 @@ def _attention_part(tok, pos, N, parts, L, S, bonus, s_eos, has_eos, split, a_ba
         a = a_bag[x:x + L]
         l = pos[n]
         for t in range(L):
-            a[t] = S[tok[x + t]]
+            a[t] = S[np.uint32(tok[x + t])]
         a[l] += bonus
         m = _row_max(a, lowest, lanes)
         if has_eos and s_eos > m:
@@ -286,16 +365,9 @@ def _rows_part(N, parts, V, xi_rest, table, ldt, inf, a_l, xi_z, c_split, c_tiv,
                     break
         s = _exp_rows(e, m, floor, zero, bits)    # below floor, exp is under 1e-34 of the sum (>= 1): 0
         inv = one / s
-        rr = zero
-        rl = zero
-        rq = zero
+        rr = rl = rq = zero
         if want_ds:
-            for j in range(V):
-                p = e[j] * inv
-                e[j] = p
-                rr += p * xr[j]
-                rl += p * (tl[j] + c_tiv * xi_z[j])
-                rq += p * xi_q[j]
+            rr, rl, rq = _normalise_and_dot(e, inv, xr, tl, c_tiv, xi_z, xi_q, zero)
         else:
             for j in range(V):
                 e[j] *= inv

@@ -24,10 +24,11 @@ or if it fails to compile the loops, the routes take the torch route after one w
 bind each loop to its torch route (tests/test_native.py).
 
 Threads: a call splits its samples into `torch.get_num_threads()` parts, run by numba's `prange`
-on at most as many of numba's threads (set before each call, so numba follows torch's setting;
-numba's pool is a second one beside torch's, but the two run one after the other). What a part adds
-up goes to its own accumulator, summed in a fixed order, so results depend on torch's thread count
-as torch's own reductions do, and on nothing else (not on numba's)."""
+on as many of numba's threads (at most NUMBA_NUM_THREADS; set before each call, so numba follows
+torch's setting). numba's threading layer here is OpenMP ("omp"); launching its pool sets the
+OpenMP thread count torch reads to NUMBA_NUM_THREADS, so `_load` puts torch's count back. What a
+part adds up goes to its own accumulator, summed in a fixed order, so results depend on torch's
+thread count as torch's own reductions do, and on nothing else (not on numba's)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ def _load():
         return _state["lib"]
     loops = None
     if os.environ.get("RECALL_NATIVE", "1") != "0":
+        threads = torch.get_num_threads()
         try:
             import numba
             from . import _native_loops as loops
@@ -88,6 +90,8 @@ def _load():
             warnings.warn(f"lib.native: numba's fused loops are off ({type(err).__name__}: {err}); the count "
                           "routes take the slower torch route (pip install numba==0.68.1 for the fused loops)",
                           RuntimeWarning, stacklevel=3)
+        if torch.get_num_threads() != threads:     # numba's OpenMP pool, launched, set torch's count to
+            torch.set_num_threads(threads)          # NUMBA_NUM_THREADS (measured): torch keeps its own
     _state["lib"] = loops
     return loops
 

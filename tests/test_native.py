@@ -267,6 +267,17 @@ def test_the_loops_do_not_depend_on_the_thread_count_beyond_rounding():
 
 
 @needs_native
+def test_loading_the_loops_leaves_torchs_thread_count_alone():
+    """Launching numba's OpenMP pool with NUMBA_NUM_THREADS=1 set the count torch reads to 1 (measured):
+    lib.native puts torch's count back."""
+    code = ("import torch; torch.set_num_threads(2); from lib import native; assert native.available();"
+            "print(torch.get_num_threads())")
+    env = dict(os.environ, OMP_NUM_THREADS="2", NUMBA_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["2"]
+
+
+@needs_native
 def test_numba_follows_torchs_thread_count_and_its_own_does_not_matter():
     """numba runs a call on min(torch's threads, NUMBA_NUM_THREADS) threads; the parts (and so the
     numbers) follow torch's count alone: numba's own count changes no digit."""
