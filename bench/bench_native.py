@@ -1,17 +1,18 @@
-"""Benchmark: lib.native's numba loops against the C loops they replaced and against torch primitives,
-loop by loop and through lib.three_steps (limit and finite mode), in one run on one problem and batch.
+"""Benchmark: lib.fast.native's numba loops against the C loops they replaced and against torch primitives,
+loop by loop, through lib.three_steps (limit and finite mode) and through one training step (both
+gradients at soft attention, as each step of lib.train), in one run on one problem and batch.
 
-  numba : lib.native as it is (numba, `lib/_native_loops.py`);
+  numba : lib.fast.native as it is (numba, `lib/fast/loops.py`);
   C     : lib/native.py and lib/native.c of the commit before the numba port (C_COMMIT), taken from
           git (`git show`) into a temporary folder, compiled there with gcc (-O3 -march=native
           -ffast-math -fopenmp, as they were) and loaded as a second module, `c_native`;
   torch : the same operations on torch primitives (per loop: `TorchLoops` below, the formulas the
-          tests bind the loops to; for three_steps: the library's own torch route, lib.native.disabled()).
+          tests bind the loops to; for three_steps: the library's own torch route, lib.fast.native.disabled()).
 
 Per loop, the calls that one limit-mode and one finite-mode three_steps make (recorded with their
 arguments, N samples in the route's chunks) are replayed with each implementation: the time is the
 median over --repeat replays of the whole set. three_steps: the median of --repeat runs, the route's
-`lib.counts.native` swapped for the C module for the C column. The three implementations are timed in
+`lib.fast.counts.native` swapped for the C module for the C column. The three implementations are timed in
 turn, repeat after repeat (each warmed once first), so that a busy spell of the machine hits all alike.
 Usage (one thread, as the defaults print): OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python bench/bench_native.py
         [--V 512] [--d 128] [--L 32] [--N 262144] [--dtype float32] [--repeat 3]
@@ -27,13 +28,14 @@ import subprocess
 import sys
 import tempfile
 import types
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.nn.functional as Fn
 
 import lib
-from lib import native
+from lib.fast import native
 
 from primitives import timed
 
@@ -51,7 +53,7 @@ def load_c_reference(tmp: Path):
         text = subprocess.run(["git", "-C", str(root), "show", f"{C_COMMIT}:lib/{name}"], capture_output=True,
                               text=True, check=True).stdout
         if name == "native.py":
-            text = text.replace("from .config import check_int", "from lib.config import check_int")
+            text = text.replace("from .config import check_int", "from lib.core.config import check_int")
         (pkg / name).write_text(text)
     os.environ["RECALL_NATIVE_CACHE"] = str(tmp / "cache")
     spec = importlib.util.spec_from_file_location("c_native", pkg / "native.py")
@@ -146,7 +148,7 @@ class TorchLoops:
 
 
 class Recorder(types.ModuleType):
-    """lib.native with its loops' calls recorded (arguments as they were passed)."""
+    """lib.fast.native with its loops' calls recorded (arguments as they were passed)."""
 
     def __init__(self, real):
         super().__init__("native_recorder")
@@ -162,14 +164,26 @@ class Recorder(types.ModuleType):
         return value
 
 
+ROUTE_MODULES = (lib.fast.counts, lib.fast.limit)   # the modules that call the loops (as `native`)
+
+
+@contextmanager
+def loops_from(module):
+    """The count routes call `module`'s loops instead of lib.fast.native's within this block."""
+    for m in ROUTE_MODULES:
+        m.native = module
+    try:
+        yield
+    finally:
+        for m in ROUTE_MODULES:
+            m.native = native
+
+
 def record_calls(problem, batch):
     rec = Recorder(native)
-    lib.counts.native = rec
-    try:
+    with loops_from(rec):
         lib.three_steps(problem, batch, "limit")
         lib.three_steps(problem, batch, "finite", step_sizes=lib.StepSizes(**STEPS))
-    finally:
-        lib.counts.native = native
     return rec.calls
 
 
@@ -207,7 +221,7 @@ def main():
     print(f"torch {torch.__version__} threads {torch.get_num_threads()} | numba {numba.__version__} "
           f"(NUMBA_NUM_THREADS {numba.config.NUMBA_NUM_THREADS}) | V={a.V} d={a.d} L={a.L} N={a.N} {a.dtype}", flush=True)
     if not native.available():
-        raise SystemExit(f"lib.native's numba loops are off: {native._state.get('error')!r}")
+        raise SystemExit(f"lib.fast.native's numba loops are off: {native._state.get('error')!r}")
     print(f"numba threading layer: {numba.threading_layer()}", flush=True)
     cfg = lib.TaskConfig(V=a.V, d=a.d, L=a.L, device="cpu", dtype=a.dtype)
     problem = lib.make_problem(cfg, 0)
@@ -222,22 +236,22 @@ def main():
                              (("numba", native), ("C", cmod), ("torch", TorchLoops))}, a.repeat)
             rows.append((f"{name} ({len(c)} calls)", t["numba"], t["C"], t["torch"]))
             print(f"  {rows[-1][0]:<28} numba {t['numba']:.3f} s  C {t['C']:.3f} s  torch {t['torch']:.3f} s", flush=True)
-        for mode in ("limit", "finite"):
-            kw = {} if mode == "limit" else dict(step_sizes=lib.StepSizes(**STEPS))
-
-            def route(module, off=False):
+        trained = lib.three_steps(problem, batch, "finite", step_sizes=lib.StepSizes(**STEPS)).params
+        work = {"three_steps limit": lambda: lib.three_steps(problem, batch, "limit"),
+                "three_steps finite": lambda: lib.three_steps(problem, batch, "finite", step_sizes=lib.StepSizes(**STEPS)),
+                # one step of lib.train: both gradients at soft-attention parameters (after the three steps)
+                "one training step": lambda: lib.fast.counts.count_gradients(problem, trained, batch)}
+        for label, fn in work.items():
+            def route(module, off=False, fn=fn):
                 def run():
-                    lib.counts.native = module
-                    try:
+                    with loops_from(module):
                         if off:
                             with native.disabled():
-                                return lib.three_steps(problem, batch, mode, **kw)
-                        return lib.three_steps(problem, batch, mode, **kw)
-                    finally:
-                        lib.counts.native = native
+                                return fn()
+                        return fn()
                 return run
             t = interleaved({"numba": route(native), "C": route(cmod), "torch": route(native, off=True)}, a.repeat)
-            rows.append((f"three_steps {mode}", t["numba"], t["C"], t["torch"]))
+            rows.append((label, t["numba"], t["C"], t["torch"]))
             print(f"  {rows[-1][0]:<28} numba {t['numba']:.3f} s  C {t['C']:.3f} s  torch {t['torch']:.3f} s", flush=True)
     print(f"\nmedians of {a.repeat}, seconds | numba / C: the port's cost (target <= 1.3) | torch / numba: its gain")
     print(f"{'':<28} {'numba':>8} {'C':>8} {'torch':>8} {'numba/C':>8} {'torch/numba':>11}")

@@ -41,7 +41,7 @@ def main():
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
     cfg = lib.TaskConfig(V=256, d=256, L=16, device="cpu")
-    t_mem, res = timed(lambda: lib.capacity.nstar(cfg, 0.99, seeds=a.seeds))
+    t_mem, res = timed(lambda: lib.experiments.capacity.nstar(cfg, 0.99, seeds=a.seeds))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "points.jsonl")
         t_store, res_store = timed(lambda: lib.sweep.sweep([cfg], seeds=a.seeds, cache=path)[0])

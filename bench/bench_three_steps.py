@@ -8,8 +8,8 @@
             limit mode the cheapest form of its three passes' bincounts, bag, lookup and row maximum,
             each in one call over all ids; for the finite mode two logit-table steps (forward bag,
             softmax, reverse bag) -- what a route without fused kernels cannot beat.
-  native  : both modes run on lib.native's fused numba loops when they load (the default), and again
-            on torch primitives only (lib.native.disabled()), both printed.
+  native  : both modes run on lib.fast.native's fused numba loops when they load (the default), and again
+            on torch primitives only (lib.fast.native.disabled()), both printed.
 Prints medians (floor and limit: of --repeat runs; finite: of --repeat-finite runs), the ratios
 limit / floor and finite before / after, the same ratios for the primitives alone, the relative
 difference of the finite V2 against "before", and the peak resident memory of a fresh process
@@ -42,7 +42,7 @@ import lib
 assert lib.__version__ == "0.1.0", lib.__file__
 d = torch.load(sys.argv[2])
 cfg = lib.TaskConfig(V=d["V"], d=d["d"], L=d["L"], device="cpu")
-p = lib.embeddings.Problem(cfg, d["E"], d["U"], d["z_trig"], d["z_eos"], d["perm"], None)
+p = lib.core.embeddings.Problem(cfg, d["E"], d["U"], d["z_trig"], d["z_eos"], d["perm"], None)
 b = lib.Batch(d["tokens"], d["pos"], d["labels"])
 s = lib.StepSizes(eta=0.01, gamma_W=1e8, gamma_V=1e3)
 ts = []
@@ -97,10 +97,10 @@ def main():
     batch = lib.sample_batch(problem, a.N, 0)
     flat = batch.tokens.reshape(-1)
     t_floor, _ = timed(lambda: torch.bincount(flat, minlength=cfg.V_in), a.repeat)
-    print(f"lib.native (fused numba loops): {'on' if lib.native.available() else 'OFF (no numba, or RECALL_NATIVE=0)'}",
+    print(f"lib.fast.native (fused numba loops): {'on' if lib.fast.native.available() else 'OFF (no numba, or RECALL_NATIVE=0)'}",
           flush=True)
     t_lim, _ = timed(lambda: lib.three_steps(problem, batch, "limit"), a.repeat)
-    with lib.native.disabled():
+    with lib.fast.native.disabled():
         t_lim_torch, _ = timed(lambda: lib.three_steps(problem, batch, "limit"), a.repeat)
     print(f"floor (bincount) {t_floor:.3f} s | limit {t_lim:.3f} s = {t_lim / t_floor:.1f}x the floor "
           f"(medians of {a.repeat}) | the same route on torch primitives only {t_lim_torch:.3f} s = "
@@ -110,7 +110,7 @@ def main():
           + f" = {prim['sum'] / t_floor:.1f}x the floor (the least these three passes cost with torch's own primitives)", flush=True)
     t_fin, fin = timed(lambda: lib.three_steps(problem, batch, "finite",
                                                      step_sizes=lib.StepSizes(**STEPS)), a.repeat_finite)
-    with lib.native.disabled():
+    with lib.fast.native.disabled():
         t_fin_torch, _ = timed(lambda: lib.three_steps(problem, batch, "finite",
                                                        step_sizes=lib.StepSizes(**STEPS)), a.repeat_finite)
     old = before_finite(problem, batch, a.repeat_finite)

@@ -2,18 +2,18 @@
 measured in the same run, and a long Adam run.
 
   floor    : one torch.bincount over the same N L token ids;
-  autograd : one step of the reference trainer `lib.trainer.train_transformer` (torch autograd through
+  autograd : one step of the reference trainer `lib.learning.trainer.train_transformer` (torch autograd through
              the token-id forward pass, chunked, same N, same parameters), loss + both gradients, timed
              in rounds interleaved with the count steps (a drift of a shared machine reaches both);
-  count    : one full-batch gradient of the count route (`lib.counts.count_gradients`, what each step of
+  count    : one full-batch gradient of the count route (`lib.fast.counts.count_gradients`, what each step of
              `lib.train` computes; its Adam update is O(d^2)), median of --repeat; at L <= d it takes the logit-table
-             route (`lib.counts.table_gradients`), whose batch index is built once (timed apart);
+             route (`lib.fast.counts.table_gradients`), whose batch index is built once (timed apart);
   features : the count route's feature route (`count_gradients(..., tables=False)`: O((V + V_in + d) d)
              GEMMs per sample), the route chapter 10 was first written on;
   primitives: one pass of each torch primitive of the table route (bench/primitives.py), the most
              this route can gain without a fused kernel.
-  native   : the count step runs on lib.native's fused numba loops when they load (the default), and is
-             timed again on torch primitives only (lib.native.disabled()).
+  native   : the count step runs on lib.fast.native's fused numba loops when they load (the default), and is
+             timed again on torch primitives only (lib.fast.native.disabled()).
 The parameters are the finite-mode three-step solution (a generic point, not zero). Prints the
 times, the ratios count / floor and autograd / count, the peak resident memory of this process
 after the count-route steps (before autograd has run: the batch plus the count route's chunk
@@ -33,15 +33,15 @@ import time
 import torch
 
 import lib
-from lib.counts import count_gradients, table_chunk_size
-from lib.tokens import token_index
-from lib.trainer import TrainConfig, train, train_transformer
+from lib.fast.counts import count_gradients, table_chunk_size
+from lib.fast.tokens import token_index
+from lib.learning.trainer import TrainConfig, train, train_transformer
 
 from primitives import median_time, table_step_floor
 
 
 def _torch_only(fn):
-    with lib.native.disabled():
+    with lib.fast.native.disabled():
         return fn()
 
 
@@ -79,7 +79,7 @@ def main() -> None:
     token_index(problem, fresh, table_chunk_size(problem))
     t_index = time.perf_counter() - t
     del fresh
-    print(f"lib.native (fused numba loops): {'on' if lib.native.available() else 'OFF (no numba, or RECALL_NATIVE=0)'}",
+    print(f"lib.fast.native (fused numba loops): {'on' if lib.fast.native.available() else 'OFF (no numba, or RECALL_NATIVE=0)'}",
           flush=True)
     count_gradients(problem, start, batch)                        # warm-up (and the peak of the count route)
     peak_count = peak_mib()
@@ -102,9 +102,9 @@ def main() -> None:
     print(f"floor    torch.bincount over {ids.numel()} ids: {floor:.4f} s", flush=True)
     print(f"count    one full-batch gradient (median of {a.repeat}, rounds interleaved with the torch-only and "
           f"autograd steps): {count:.3f} s  = {count / floor:.0f} x floor", flush=True)
-    print(f"         (route: {'logit tables' if lib.counts.uses_tables(problem, start) else 'features'}; "
+    print(f"         (route: {'logit tables' if lib.fast.counts.uses_tables(problem, start) else 'features'}; "
           f"its batch index, built once before the steps: {t_index:.3f} s)", flush=True)
-    print(f"         the same route on torch primitives only (lib.native off): {count_torch:.3f} s "
+    print(f"         the same route on torch primitives only (lib.fast.native off): {count_torch:.3f} s "
           f"= {count_torch / count:.2f} x the step with the numba loops", flush=True)
     print(f"peak RSS after the count-route steps: {peak_count:.0f} MiB (before them: {before:.0f} MiB)", flush=True)
     feat = median_time(lambda: count_gradients(problem, start, batch, tables=False), a.repeat)

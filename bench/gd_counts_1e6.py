@@ -7,7 +7,7 @@ import time
 import torch
 
 import lib
-from lib.trainer import gd_counts
+from lib.learning.trainer import gd_counts
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--N", type=int, default=1_000_000)

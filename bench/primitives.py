@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as Fn
 
 import lib
-from lib.counts import table_chunk_size
-from lib.tokens import token_index
+from lib.fast.counts import table_chunk_size
+from lib.fast.tokens import token_index
 
 
 def timed(fn, repeat: int = 3):
@@ -29,7 +29,7 @@ def median_time(fn, repeat: int = 3) -> float:
     return timed(fn, repeat)[0]
 
 
-def table_step_floor(problem: lib.embeddings.Problem, batch: lib.Batch, repeat: int = 3) -> dict:
+def table_step_floor(problem: lib.core.embeddings.Problem, batch: lib.Batch, repeat: int = 3) -> dict:
     """One pass of each primitive a logit-table step needs, over the whole batch in the route's
     chunks: the forward bag sum_t a_t T[x_t] (V_in x V table), the softmax of the (chunk, V) logits,
     and the reverse bag through the batch's TokenIndex. Returns seconds per primitive and their sum."""
@@ -62,15 +62,15 @@ def table_step_floor(problem: lib.embeddings.Problem, batch: lib.Batch, repeat: 
     return out
 
 
-def limit_floor(problem: lib.embeddings.Problem, batch: lib.Batch, repeat: int = 3) -> dict:
+def limit_floor(problem: lib.core.embeddings.Problem, batch: lib.Batch, repeat: int = 3) -> dict:
     """The cheapest form of each primitive the limit route's three dependent passes need, each over
     all N L token ids in one call (no chunking, pair ids precomputed, so a lower bound): pass 1 a
     bincount of the pair ids x*_n V_in + x_{n,t} into the V x V_in table; pass 2 an embedding_bag of
     the pair ids into a V x V_in float table (beta_n) and a bincount of the token ids weighted by it;
     pass 3 the scores, as the cheapest lookup we know (int16 ranks of the V_in scores) and their
-    row maximum (amax), as the route reads them (`lib.counts.attended_groups`)."""
+    row maximum (amax), as the route reads them (`lib.fast.limit.attended_groups`)."""
     cfg = problem.cfg
-    idt = lib.counts.id_dtype(problem, batch)
+    idt = lib.fast.limit.id_dtype(problem, batch)
     pairs = torch.add(batch.tokens.to(idt), batch.informative.to(idt)[:, None], alpha=cfg.V_in)
     g = torch.Generator().manual_seed(0)
     table = torch.randn(cfg.V * cfg.V_in, 1, dtype=problem.E.dtype, generator=g)

@@ -1,7 +1,7 @@
 """The command line: `python -m lib train | nstar | sweep ...` (the contract in the README).
 
 `sweep` takes several values for --V, --d, --L and --m, runs N* for every point of their grid
-(`lib.sweep`), resumable through --cache and parallel through --jobs; with --json it prints one JSON
+(`lib.experiments.sweep`), resumable through --cache and parallel through --jobs; with --json it prints one JSON
 object per grid point, in grid order (the last flag varies fastest: V, then d, then L, then m).
 
 Invalid values exit with status 2 and one line naming the parameter, e.g.
@@ -16,13 +16,13 @@ import statistics
 import sys
 import time
 
-from . import featuremaps
-from . import sweep as sweep_engine
-from .capacity import nstar
-from .config import ACTIVATIONS, EMBEDDINGS, MLP_INPUTS, MODELS, TaskConfig, default_device
-from .evaluate import N_TEST
-from .experiment import METRICS, run
-from .steps import MODES, StepSizes
+from .core import featuremaps
+from .experiments import sweep as sweep_engine
+from .experiments.capacity import nstar
+from .core.config import ACTIVATIONS, EMBEDDINGS, MLP_INPUTS, MODELS, TaskConfig, default_device
+from .learning.evaluate import N_TEST
+from .experiments.experiment import METRICS, run
+from .core.steps import MODES, StepSizes
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -8,7 +8,7 @@ uniform position among the first T - 1 and the relation at the last position; wi
 relation sits at a uniform position among the other T - 2 of the first T - 1 and EOS is last.
 Subjects and relations are drawn with Zipf weights k^-alpha, k^-beta (alpha = beta = 0: uniform).
 
-`sample` has the guarantees of `lib.task.sample_batch`: validated arguments, one named stream per
+`sample` has the guarantees of `lib.core.task.sample_batch`: validated arguments, one named stream per
 split and block of `SAMPLE_BLOCK` samples, so the first N samples of a larger batch are the batch of
 size N.
 
@@ -17,7 +17,7 @@ The models (torch):
 - `FactTransformer`: their `model.py`, class `TF_one_layer`. H softmax heads of dimension d_h whose
   query is the last position, scores (x_t K)(x_T Q)^T / sqrt(d_h); the heads' outputs concatenated and
   projected by O (H d_h x d); then an MLP of width m with a bias, sigma (ReLU by default, or any name
-  of `lib.config.ACTIVATIONS`), and a residual: h = o + W2 sigma(W1 o + b1); logits u_a . h over the
+  of `lib.core.config.ACTIVATIONS`), and a residual: h = o + W2 sigma(W1 o + b1); logits u_a . h over the
   R D answers. Embeddings (vocabulary and answers) random N(0, I/d) or orthonormal, frozen by default
   (as in their `run.py`, where `wte` and `unembed` get `optax.set_to_zero`). m = 0: attention only.
 - `LinearAttention`: the simplified model of their `sequential-learning.ipynb` (class `Simple_TF`):
@@ -34,10 +34,10 @@ the model's output p from the relation-only predictor q_r (`relation_only`).
 
 Capacity (`smallest_model`): the smallest number of heads (attention block, m = 0) or the smallest
 MLP width (one head kept fixed) whose trained model reaches a test-accuracy threshold, by
-`lib.search.smallest_true`; every trained point is kept in a `FactStore` (the record format and the
-crash-safe append of `lib.store`), so a rerun trains nothing. Why not `lib.store.Store` itself: the
+`lib.core.search.smallest_true`; every trained point is kept in a `FactStore` (the record format and the
+crash-safe append of `lib.experiments.store`), so a rerun trains nothing. Why not `lib.experiments.store.Store` itself: the
 sweep engine's store keys a result by (configuration prefix, N), N the number of training samples of
-one run of `lib.sweep`, and holds `RunResult`s; a capacity point here is keyed by the task, the model
+one run of `lib.experiments.sweep`, and holds `RunResult`s; a capacity point here is keyed by the task, the model
 and the training configuration (no N: training is online), and holds a History summary. `FactStore`
 keeps the engine's record format and checksums with these keys.
 """
@@ -51,13 +51,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .config import check_bool, check_choice, check_float, check_int
-from .embeddings import draw_vectors
-from .models import activation as _activation
-from .search import threshold_search
-from .seed import generator, get_draw
-from .task import SAMPLE_BLOCK            # samples per random block: nested in N, as lib.task
-from .store import append_line, canonical, check_store_path, library_version, read_records, record_text
+from .core.config import check_bool, check_choice, check_float, check_int
+from .core.embeddings import draw_vectors
+from .core.models import activation as _activation
+from .core.search import threshold_search
+from .core.seed import generator, get_draw
+from .core.task import SAMPLE_BLOCK            # samples per random block: nested in N, as lib.core.task
+from .experiments.store import append_line, canonical, check_store_path, library_version, read_records, record_text
 
 TABLES = ("random", "balanced")
 EMBEDDINGS = ("random", "orthogonal")
@@ -225,7 +225,7 @@ class FactModelConfig:
     H: int = 1                   # attention heads
     d_h: int = 8                 # head dimension
     m: int = 0                   # MLP width (0: attention only)
-    activation: str = "relu"     # MLP activation (a name of lib.config.ACTIVATIONS)
+    activation: str = "relu"     # MLP activation (a name of lib.core.config.ACTIVATIONS)
     embeddings: str = "random"   # "random" N(0, I/d) or "orthogonal" (orthonormal rows)
     train_embeddings: bool = False   # frozen, as in their run.py
     values: str = "trained"      # "trained" V, O; "identity": V = O = I_d (needs H = 1; d_h is then the
@@ -498,7 +498,7 @@ def _fact_shape(key: dict, result: dict) -> bool:
 
 class FactStore:
     """Trained points, keyed by everything that fixes their numbers. The record format, reader and
-    appender of lib.store (`record_text`, `read_records`, `append_line`: one checksummed line per
+    appender of lib.experiments.store (`record_text`, `read_records`, `append_line`: one checksummed line per
     point, appended under flock and fsynced; invalid or cut lines reported and retrained).
     `path=None`: memory only."""
 
@@ -529,7 +529,7 @@ def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: TrainCo
     `max_acc` (best logged test accuracy) and `seconds`. The device is not part of the key."""
     key = {"task": asdict(task), "model": asdict(model_cfg), "train": asdict(train_cfg),
            "kind": "FactTransformer", "version": library_version()}
-    if get_draw():                      # another draw (lib.seed.set_draw): other numbers, other key
+    if get_draw():                      # another draw (lib.core.seed.set_draw): other numbers, other key
         key["draw"] = get_draw()
     if store is not None and (hit := store.get(key)) is not None:
         return hit
@@ -563,8 +563,8 @@ def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: Trai
                    heads: int = 0,
                    store: FactStore | None = None, device: str = "cpu") -> dict:
     """Smallest n (heads, or MLP width in units of `unit`) whose trained model reaches `threshold`
-    (best logged test accuracy), by lib.search.threshold_search (doubling, then bisection until the
-    bracket is within `resolution` of n; the default is unit resolution, lib.search.smallest_true's);
+    (best logged test accuracy), by lib.core.search.threshold_search (doubling, then bisection until the
+    bracket is within `resolution` of n; the default is unit resolution, lib.core.search.smallest_true's);
     assumes success is monotone in n. Returns n (the first success found), the last failure below it,
     the model's trainable parameters and the grown block's own parameters; n = None when n_max is not
     enough. `heads`: see `block_config` (block "mlp" only)."""

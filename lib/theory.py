@@ -12,9 +12,9 @@ import math
 
 import numpy as np
 
-from .config import check_choice, check_int
-from .featuremaps import REGISTRY
-from .seed import torch_generator
+from .core.config import check_choice, check_int
+from .core.featuremaps import REGISTRY
+from .core.seed import torch_generator
 
 
 def inner_product_moments(d: int, embedding: str = "gaussian") -> dict:
@@ -165,7 +165,7 @@ def hebbian_predicted_capacity(d: int, threshold: float = 0.99) -> int:
     d = check_int("d", d, 1)
     if not (0.0 < threshold < 1.0):
         raise ValueError(f"threshold must be in (0, 1), got {threshold}")
-    from .search import largest_true
+    from .core.search import largest_true
     return largest_true(lambda n: hebbian_predicted_accuracy(n, d) >= threshold)
 
 
@@ -179,7 +179,7 @@ def trigger_bias_var(V: int, d: int) -> float:
 #
 # The logits of the one-step memory V1 = eta G1 (uniform attention in the memory and in the test
 # sample, trigger in the value path, Gaussian N(0, I/d) embeddings, one shared vocabulary), split as
-# in `lib.decompose` (grouping "step1"). Moments are over everything random: embeddings, the training
+# in `lib.analysis.decompose` (grouping "step1"). Moments are over everything random: embeddings, the training
 # batch and the test sample; "at" is the correct label y, "off" a wrong label k != y. The book's own
 # heuristic derivation (chapter 4): leading orders in 1/V, 1/d, 1/N, with every term kept that leads
 # in some regime. Units: the mean signal 1 / (V L^2).
@@ -260,7 +260,7 @@ def step1_bag_rule_accuracy(L: int, V: int, samples: int = 100_000, seed: int = 
     exchangeability) is the sequence's most frequent token, ties broken uniformly. Exact up to
     sampling error (standard deviation <= 0.5 / sqrt(samples)) at every L."""
     import torch
-    from .seed import generator
+    from .core.seed import generator
     L, V = check_int("L", L, 1), check_int("V", V, 2)
     n = check_int("samples", samples, 1)
     seq = torch.randint(V, (n, L), generator=generator(check_int("seed", seed, 0), "bag-rule", L, V))
@@ -414,7 +414,7 @@ def softmax_focus(lam, L: int, d: int):
 def predicted_attention_nstar(V: int, d: int, L: int, threshold: float = 0.99,
                               n_min: float = 1, n_max: float = 2 ** 20) -> float:
     """Smallest N in [n_min, n_max] (fine geometric grid) with attention_snr(N) >= r*(L); inf if none."""
-    from .config import check_float
+    from .core.config import check_float
     n_min = check_float("n_min", n_min, 0.0, strict_min=True)
     n_max = check_float("n_max", n_max, n_min, strict_min=True)
     grid = np.geomspace(n_min, n_max, 2000)
@@ -466,7 +466,7 @@ def refined_memory_moments(V: int, d: int, N: int, s2: float = 1.0) -> dict:
 
 
 def _check_s2(s2, name: str = "s2") -> float:
-    from .config import check_float
+    from .core.config import check_float
     return check_float(name, s2, 0.0)
 
 
@@ -562,7 +562,7 @@ def refined_memory_nstar(V: int, d: int, s2: float = 1.0, threshold: float = 0.9
     """Smallest N whose predicted step-3 accuracy (`refined_memory_accuracy`) reaches `threshold`;
     None when even the plateau (N -> infinity) stays below it: the memory term alone then rules out
     any finite N* (chapter 6). Bisection on N to 1 %."""
-    from .config import check_float
+    from .core.config import check_float
     threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
     n_max = check_int("n_max", n_max, 1)
     if refined_memory_accuracy(V, d, math.inf, s2) < threshold:
@@ -622,7 +622,7 @@ def attention_nstar(V: int, d: int, L: int, threshold: float = 0.99, c_noise: fl
     N_att = sqrt(c_noise B / (1/r*^2 - 1/d)) - beta, at least 1; inf when d <= r*(L)^2 (attention
     fails even at N = infinity). B = imbalance_noise, beta = trigger_self_bias."""
     V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
-    from .config import check_float
+    from .core.config import check_float
     c_noise = check_float("c_noise", c_noise, 0.0, strict_min=True)
     rs = _critical_snr_cached(L, float(threshold))
     room = 1.0 / rs ** 2 - 1.0 / d
@@ -651,7 +651,7 @@ def capacity_law(V: int, d: int, L: int, s2: float = 0.0, threshold: float = 0.9
 def t_quantile(p: float, dof: int) -> float:
     """Quantile of Student's t distribution with `dof` degrees of freedom (quadrature of its density,
     bisection; accurate to ~1e-6 for p in [0.5, 0.9995])."""
-    from .config import check_float
+    from .core.config import check_float
     p = check_float("p", p, 0.5, 0.9995)
     dof = check_int("dof", dof, 1)
     logc = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
@@ -684,7 +684,7 @@ def fit_power_law_ci(x, Y, level: float = 0.95) -> dict:
         raise ValueError(f"Y must hold at least 2 problems (rows), got {Y.shape[0]}")
     if (x <= 0).any() or not (np.isfinite(Y).all() and (Y > 0).all()):
         raise ValueError("x and Y must be positive and finite for a log-log fit")
-    from .config import check_float
+    from .core.config import check_float
     level = check_float("level", level, 0.0, 0.999, strict_min=True)
     slopes = np.array([np.polyfit(np.log(x), np.log(row), 1)[0] for row in Y])
     slope, logc = np.polyfit(np.log(x), np.log(Y).mean(0), 1)
@@ -695,7 +695,7 @@ def fit_power_law_ci(x, Y, level: float = 0.95) -> dict:
 def t_interval(x, axis: int = 0, level: float = 0.95):
     """Mean over independent problems (along `axis`) and the half-width of its Student-t interval at
     `level`: t_{(1+level)/2, n-1} * sd / sqrt(n). The one interval the chapters report over problems."""
-    from .config import check_float
+    from .core.config import check_float
     level = check_float("level", level, 0.0, 0.999, strict_min=True)
     x = np.asarray(x, float)
     if x.ndim == 0 or x.shape[axis] < 2:
@@ -732,7 +732,7 @@ _HERMITE_CACHE: dict = {}
 
 
 def _sym_activation(activation: str):
-    """sigma as a sympy function of x (the same functions as lib.featuremaps.ACTIVATIONS)."""
+    """sigma as a sympy function of x (the same functions as lib.core.featuremaps.ACTIVATIONS)."""
     import sympy as sp
 
     if activation == "he2":
@@ -811,7 +811,7 @@ def hermite_coefficients(activation: str, scale=1, shift=0, kmax: int = 4, squar
 
 
 def _second_moment(activation: str) -> float:
-    from .featuremaps import ACTIVATION_MOMENTS
+    from .core.featuremaps import ACTIVATION_MOMENTS
     check_choice("activation", activation, tuple(ACTIVATION_MOMENTS))
     return ACTIVATION_MOMENTS[activation][1]
 
@@ -890,7 +890,7 @@ def mlp_rf_common(activation: str, beta: float = 0.0, nodes: int = 96) -> float:
     random-feature noise the memory sees is (mlp_rf_variance - mlp_rf_common) / m. At beta = 0:
     a_0^2 (E sigma^2 - a_0^2), zero for the centred activations."""
     beta = _check_beta(beta)
-    from .featuremaps import ACTIVATIONS
+    from .core.featuremaps import ACTIVATIONS
     a = [float(c) for c in hermite_coefficients(activation, kmax=12)]
     g, w = np.polynomial.hermite_e.hermegauss(check_int("nodes", nodes, 8))
     w = w / w.sum()
@@ -969,7 +969,7 @@ def mlp_noise_terms(V: int, d: int, m: int, N: float, activation: str = "he3", t
 def mlp_term_moments(V: int, d: int, m: int, N: float, activation: str = "he3", tau: float = 1.0,
                      trigger_in_value: bool = False) -> dict:
     """The second moment of each term of a wrong label's logit over everything random (tokens,
-    labels k != y, counts, F), in units of (S / V)^2: what `lib.mlp_budget.measure_terms` measures.
+    labels k != y, counts, F), in units of (S / V)^2: what `lib.analysis.mlp_budget.measure_terms` measures.
     readout: (1/d) E[(nu kappa_xx - b_0)^2] / S^2 = (K1^2 (1 + V/N)(1 + v) - 2 K1 b_0 + b_0^2) / (d S^2)
     (v = `mlp_signal_variance`); the other four: their `mlp_noise_terms` value times 1 + d / V."""
     t = mlp_noise_terms(V, d, m, N, activation, tau, trigger_in_value)
@@ -1010,7 +1010,7 @@ def mlp_signal_quantiles(m: int, activation: str = "he3", nodes: int = 200, draw
     capacity at accuracy 0.99 does not feel: it is set by the tokens with too little signal."""
     import torch
 
-    from .featuremaps import ACTIVATIONS
+    from .core.featuremaps import ACTIVATIONS
 
     m, nodes, draws = check_int("m", m, 1), check_int("nodes", nodes, 2), check_int("draws", draws, nodes)
     check_choice("activation", activation, tuple(ACTIVATIONS))

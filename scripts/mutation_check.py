@@ -9,7 +9,7 @@ it) or a gap in the tests (add one). Mutants whose line is never executed by the
 the report shows each survivor's line so it can be judged.
 
     python scripts/mutation_check.py                  # 20 mutants, seed 0, about 1 min each on 2 cores
-    python scripts/mutation_check.py --n 40 --seed 3 --files lib/counts.py lib/search.py
+    python scripts/mutation_check.py --n 40 --seed 3 --files lib/fast/counts.py lib/core/search.py
 
 Not part of the test command (it reruns the suite once per mutant); run it when the core changes.
 """
@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = ["lib/embeddings.py", "lib/task.py", "lib/models.py", "lib/tokens.py", "lib/gradients.py",
-        "lib/counts.py", "lib/schedule.py", "lib/steps.py", "lib/evaluate.py", "lib/search.py",
-        "lib/experiment.py", "lib/capacity.py", "lib/store.py", "lib/sweep.py", "lib/memory.py",
-        "lib/featuremaps.py", "lib/trainer.py", "lib/optim.py"]
+CORE = ["lib/core/embeddings.py", "lib/core/task.py", "lib/core/models.py", "lib/fast/tokens.py", "lib/core/gradients.py",
+        "lib/fast/counts.py", "lib/fast/limit.py", "lib/learning/schedule.py", "lib/core/steps.py", "lib/learning/evaluate.py", "lib/core/search.py",
+        "lib/experiments/experiment.py", "lib/experiments/capacity.py", "lib/experiments/store.py", "lib/experiments/sweep.py", "lib/core/memory.py",
+        "lib/core/featuremaps.py", "lib/learning/trainer.py", "lib/core/optim.py"]
 SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
         ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
 TESTS = ["tests", "--ignore=tests/book", "--ignore=tests/test_course.py", "--ignore=tests/test_notebooks.py"]

@@ -2,7 +2,7 @@
 
     python scripts/replicate.py [--draws 1 2 3] [--jobs 2] [--out _build/replication.json] [--publish] [NOTEBOOK ...]
 
-Each (chapter, draw) is executed in its own kernel with RECALL_DRAW set (lib.seed: every problem,
+Each (chapter, draw) is executed in its own kernel with RECALL_DRAW set (lib.core.seed: every problem,
 batch, test set and global seed changes with the draw), one torch thread, the chapter's folder as
 working directory, and every assert rewritten to record its outcome instead of stopping the chapter
 (scripts/claims.py). Errors are collected, never fatal: a claim that raised or was never reached

@@ -1,4 +1,4 @@
-"""The generic count-route step (lib.counts.gradients) equals the direct closed forms and autograd
+"""The generic count-route step (lib.fast.counts.gradients) equals the direct closed forms and autograd
 in float64 at any (W_V, W_KQ), for both models and both MLP input normalisations; full-batch GD
 on it equals the autograd trainer step by step."""
 import itertools
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import lib
-from lib.trainer import TrainConfig, gd_counts, train_transformer
+from lib.learning.trainer import TrainConfig, gd_counts, train_transformer
 from conftest import small_cfg, rel, random_params
 
 
@@ -25,9 +25,9 @@ def test_count_gradients_equal_direct_and_autograd(model, mlp_input, tiv, eos, n
     problem = lib.make_problem(cfg, 3)
     batch = lib.sample_batch(problem, 57, 4)
     params = random_params(cfg, 5, 0.7)
-    assert lib.counts.uses_tables(problem, params) == (model == "attn")
-    counts = lib.counts.count_gradients(problem, params, batch, tables=tables)
-    assert counts.correct == lib.counts.gradients(problem, params, batch).correct
+    assert lib.fast.counts.uses_tables(problem, params) == (model == "attn")
+    counts = lib.fast.counts.count_gradients(problem, params, batch, tables=tables)
+    assert counts.correct == lib.fast.counts.gradients(problem, params, batch).correct
     direct = lib.gradients(problem, params, batch)
     auto = lib.autograd_gradients(problem, params, batch)
     for g in (direct, auto):
@@ -47,7 +47,7 @@ def test_mlp_feature_map_vjp_equals_autograd(activation, mlp_input):
     o = (3.0 * torch.randn(13, 7, generator=g, dtype=torch.float64)).requires_grad_(True)
     r = torch.randn(13, 11, generator=g, dtype=torch.float64)
     (lib.features(problem, o) * r).sum().backward()
-    assert rel(lib.models.feature_jacobian_T(problem, o.detach(), r), o.grad) < 1e-12
+    assert rel(lib.core.models.feature_jacobian_T(problem, o.detach(), r), o.grad) < 1e-12
 
 
 def test_unit_input_makes_mlp_features_scale_free():
@@ -76,13 +76,13 @@ def test_gd_on_the_count_route_equals_the_autograd_trainer():
 
 def test_limit_generic_schedule_equals_the_count_table_fast_path():
     """The attention-only limit mode has a dedicated count-table path; the generic step gives the same."""
-    import lib.schedule as schedule
+    import lib.learning.schedule as schedule
     for tiv, eos, noise in itertools.product([True, False], [False, True], [None, 3]):
         cfg = small_cfg(V=11, d=7, L=6, trigger_in_value=tiv, eos_key=eos, noise_vocab=noise)
         problem = lib.make_problem(cfg, 2)
         batch = lib.sample_batch(problem, 400, 2)
         fast = lib.three_steps(problem, batch)
-        generic = schedule._limit(problem, batch, lib.counts.count_gradients, lib.StepSizes())
+        generic = schedule._limit(problem, batch, lib.fast.counts.count_gradients, lib.StepSizes())
         for x, y in [(fast.G1, generic.G1), (fast.k, generic.k), (fast.G3, generic.G3)]:
             assert rel(x, y) < 1e-10
 
@@ -103,8 +103,8 @@ def test_token_index_reverses_the_bag_chunk_by_chunk():
     g = torch.Generator().manual_seed(0)
     X = torch.randn(23, 6, generator=g, dtype=torch.float64)
     a = torch.rand(23, 4, generator=g, dtype=torch.float64)
-    index = lib.tokens.token_index(problem, batch, 5)
-    assert lib.tokens.token_index(problem, batch, 5) is index            # built once, kept on the batch
+    index = lib.fast.tokens.token_index(problem, batch, 5)
+    assert lib.fast.tokens.token_index(problem, batch, 5) is index            # built once, kept on the batch
     for c, start in enumerate(range(0, 23, 5)):
         sl = slice(start, start + 5)
         got = index.scatter_rows(c, start, 4, X[sl], a[sl])
@@ -112,7 +112,7 @@ def test_token_index_reverses_the_bag_chunk_by_chunk():
         got = index.scatter_informative(c, start, X[sl], a[sl, 0])
         want = _dense_bag_reverse(batch.informative[sl, None], X[sl], a[sl, :1], cfg.V_in)
         assert rel(got, want) < 1e-14
-    other = lib.tokens.token_index(problem, batch, 7)                     # another chunk size: rebuilt
+    other = lib.fast.tokens.token_index(problem, batch, 7)                     # another chunk size: rebuilt
     assert other.size == 7 and other.offsets.shape == (4, cfg.V_in)
 
 
@@ -125,19 +125,19 @@ def test_hits_is_argmax_with_ties():
     x_y = x.gather(1, labels[:, None])[:, 0]
     want = int((x.argmax(1) == labels).sum())
     before = x.clone()
-    n, row_max = lib.counts.hits_and_max(x, x_y, labels)
+    n, row_max = lib.fast.counts.hits_and_max(x, x_y, labels)
     assert n == want and torch.equal(row_max, before.amax(1))
     assert torch.equal(x, before)                                         # the logits are restored
     y = torch.randn(300, 9, generator=g)
     lab = torch.randint(0, 9, (300,), generator=g)
-    assert lib.counts.hits_and_max(y, y.gather(1, lab[:, None])[:, 0], lab)[0] == int((y.argmax(1) == lab).sum())
+    assert lib.fast.counts.hits_and_max(y, y.gather(1, lab[:, None])[:, 0], lab)[0] == int((y.argmax(1) == lab).sum())
 
 
 def test_cross_entropy_of_survives_underflow():
     """Rows whose label probability underflows in float32 still give the exact, finite loss."""
     x = torch.tensor([[0.0, 200.0, -5.0], [1.0, 2.0, 3.0], [-300.0, 0.0, 0.0]], dtype=torch.float32)
     y = torch.tensor([0, 2, 0])
-    got = lib.counts.cross_entropy_of(x.amax(1), x.gather(1, y[:, None])[:, 0], torch.softmax(x, 1))
+    got = lib.fast.counts.cross_entropy_of(x.amax(1), x.gather(1, y[:, None])[:, 0], torch.softmax(x, 1))
     want = torch.nn.functional.cross_entropy(x.double(), y, reduction="sum")
     assert torch.isfinite(got) and float(got) == pytest.approx(float(want), rel=1e-6)
 
@@ -153,13 +153,13 @@ def test_table_route_corner_cases(tiv, eos):
         problem = lib.make_problem(cfg, 1)
         batch = lib.sample_batch(problem, 40, 2)
         for params in (random_params(cfg, 3, 0.5), lib.zero_params(cfg)):
-            ref = lib.counts.count_gradients(problem, params, batch, tables=False)
-            got = lib.counts.count_gradients(problem, params, batch, tables=True)
+            ref = lib.fast.counts.count_gradients(problem, params, batch, tables=False)
+            got = lib.fast.counts.count_gradients(problem, params, batch, tables=True)
             assert got.correct == ref.correct and got.loss == pytest.approx(ref.loss, rel=1e-12)
             assert rel(got.W_V, ref.W_V) < 1e-10
             assert float((got.W_KQ - ref.W_KQ).norm()) <= 1e-10 * max(1.0, float(ref.W_KQ.norm()))
-            only_V = lib.counts.count_gradients(problem, params, batch, need_W=False, tables=True)
-            only_W = lib.counts.count_gradients(problem, params, batch, need_V=False, tables=True)
+            only_V = lib.fast.counts.count_gradients(problem, params, batch, need_W=False, tables=True)
+            only_W = lib.fast.counts.count_gradients(problem, params, batch, need_V=False, tables=True)
             assert rel(only_V.W_V, ref.W_V) < 1e-10 and not bool(only_V.W_KQ.any())
             assert torch.equal(only_W.W_KQ, got.W_KQ) and not bool(only_W.W_V.any())
 
@@ -169,12 +169,12 @@ def test_tables_need_the_linear_feature_map():
     problem = lib.make_problem(cfg, 0)
     batch = lib.sample_batch(problem, 10, 0)
     with pytest.raises(ValueError, match="tables"):
-        lib.counts.count_gradients(problem, random_params(cfg, 0), batch, tables=True)
+        lib.fast.counts.count_gradients(problem, random_params(cfg, 0), batch, tables=True)
 
 
 def test_finite_fast_path_equals_the_generic_schedule_on_the_feature_route():
-    import lib.schedule as schedule
-    feature_route = lambda *a, **k: lib.counts.count_gradients(*a, **k, tables=False)
+    import lib.learning.schedule as schedule
+    feature_route = lambda *a, **k: lib.fast.counts.count_gradients(*a, **k, tables=False)
     for tiv, eos, noise in itertools.product([True, False], [False, True], [None, 3]):
         cfg = small_cfg(V=11, d=7, L=6, trigger_in_value=tiv, eos_key=eos, noise_vocab=noise)
         problem = lib.make_problem(cfg, 2)
@@ -193,18 +193,18 @@ def test_token_index_follows_changes_of_the_batch():
     problem = lib.make_problem(cfg, 0)
     batch = lib.sample_batch(problem, 30, 0)
     params = random_params(cfg, 1, 0.5)
-    lib.counts.count_gradients(problem, params, batch, tables=True)            # builds and keeps an index
+    lib.fast.counts.count_gradients(problem, params, batch, tables=True)            # builds and keeps an index
     first = batch._index
     flip = batch.tokens[:, 1].clone()
     batch.tokens[:, 1] = (flip + 1) % cfg.V                                     # in place
     batch._informative = None
-    got = lib.counts.count_gradients(problem, params, batch, tables=True)
-    ref = lib.counts.count_gradients(problem, params, batch, tables=False)
+    got = lib.fast.counts.count_gradients(problem, params, batch, tables=True)
+    ref = lib.fast.counts.count_gradients(problem, params, batch, tables=False)
     assert batch._index is not first and rel(got.W_V, ref.W_V) < 1e-10 and rel(got.W_KQ, ref.W_KQ) < 1e-10
     swapped = lib.Batch(batch.tokens.flip(0), batch.pos.flip(0), batch.labels.flip(0))
     swapped._index = batch._index                                              # another batch's index
-    got = lib.counts.count_gradients(problem, params, swapped, tables=True)
-    ref = lib.counts.count_gradients(problem, params, swapped, tables=False)
+    got = lib.fast.counts.count_gradients(problem, params, swapped, tables=True)
+    ref = lib.fast.counts.count_gradients(problem, params, swapped, tables=False)
     assert rel(got.W_V, ref.W_V) < 1e-10 and rel(got.W_KQ, ref.W_KQ) < 1e-10
 
 
@@ -222,7 +222,7 @@ def test_table_route_keeps_the_saturated_attention_gradient_in_float32(tiv, eos)
         z, q = problem.z_trig, problem.z_eos
         W_V = (3.0 * torch.randn(24, 24, generator=g, dtype=torch.float64)).to(z.dtype)
         W_KQ = torch.outer(30.0 * z / z.dot(z), q / q.dot(q))                    # the trigger's bonus is 30
-        out[dtype] = lib.counts.count_gradients(problem, lib.Params(W_V, W_KQ), batch, tables=True)
+        out[dtype] = lib.fast.counts.count_gradients(problem, lib.Params(W_V, W_KQ), batch, tables=True)
     lo, hi = out["float32"], out["float64"]
     assert rel(lo.W_KQ.double(), hi.W_KQ) < 2e-5 and rel(lo.W_V.double(), hi.W_V) < 2e-5
 
@@ -241,13 +241,13 @@ def test_attended_groups_from_ranks_equal_argmax_with_ties(eos, L):
     repeated = torch.randint(0, 3, (cfg.V_in,), generator=g).double()
     n_tied = 0
     for S in (distinct, repeated):
-        ranks = lib.counts.ScoreRanks(S)
+        ranks = lib.fast.limit.ScoreRanks(S)
         assert ranks.ok == (S is distinct)
         for bonus in (0.0, 1.0, 2.0, -1.0, 0.5):
             for s_eos in (-100.0, float(S.max()) + bonus, float(S.max()) + 3.0):
                 bonus_t, eos_t = torch.tensor(bonus, dtype=S.dtype), torch.tensor(s_eos, dtype=S.dtype)
-                fast = lib.counts.attended_groups(problem, b, S, bonus_t, eos_t, ranks)
-                slow = lib.counts.attended_groups(problem, b, S, bonus_t, eos_t, None)
+                fast = lib.fast.limit.attended_groups(problem, b, S, bonus_t, eos_t, ranks)
+                slow = lib.fast.limit.attended_groups(problem, b, S, bonus_t, eos_t, None)
                 assert torch.equal(fast, slow)
                 n_tied += int((S[b.informative] + bonus == S[b.tokens.long()].masked_fill(
                     torch.nn.functional.one_hot(b.pos, L).bool(), -1e9).amax(1)).sum()) if L > 1 else 0
@@ -259,8 +259,8 @@ def test_score_ranks_invert_the_order(n):
     """rank[order[r]] = r for every rank r, also past 2^15 scores (an int16 rank would wrap there)."""
     g = torch.Generator().manual_seed(n)
     S = torch.randn(n, generator=g, dtype=torch.float64)
-    ranks = lib.counts.ScoreRanks(S)
+    ranks = lib.fast.limit.ScoreRanks(S)
     assert ranks.ok and torch.equal(ranks.rank[ranks.order].long(), torch.arange(n))
     assert torch.equal(S[ranks.order], S.sort().values)
-    assert not lib.counts.ScoreRanks(torch.tensor([1.0, 2.0, 1.0])).ok
-    assert not lib.counts.ScoreRanks(torch.tensor([1.0, float("nan"), 0.0])).ok
+    assert not lib.fast.limit.ScoreRanks(torch.tensor([1.0, 2.0, 1.0])).ok
+    assert not lib.fast.limit.ScoreRanks(torch.tensor([1.0, float("nan"), 0.0])).ok

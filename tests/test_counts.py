@@ -39,12 +39,12 @@ def test_counts_equal_direct_edge_sizes(V, d, L):
 
 def test_counts_route_chunks_agree_with_one_chunk(monkeypatch):
     """Chunked accumulation gives the same numbers as a single chunk."""
-    import lib.counts as counts
+    import lib.fast.counts as counts
     cfg = small_cfg(V=11, d=7, L=6)
     problem = lib.make_problem(cfg, 1)
     batch = lib.sample_batch(problem, 500, 1)
     one = lib.three_steps(problem, batch, "finite")
-    monkeypatch.setattr(lib.tokens, "CHUNK_ELEMENTS", 64)       # chunks of a few samples
+    monkeypatch.setattr(lib.fast.tokens, "CHUNK_ELEMENTS", 64)       # chunks of a few samples
     many = lib.three_steps(problem, batch, "finite")
     assert rel(many.V2, one.V2) < 1e-12 and rel(many.W1, one.W1) < 1e-12
     lim1 = lib.three_steps(problem, batch, "limit")

@@ -1,4 +1,4 @@
-"""lib.decompose: the named terms add up to the logits u_k^T G o exactly (float64), the count tables
+"""lib.analysis.decompose: the named terms add up to the logits u_k^T G o exactly (float64), the count tables
 give the same memory as the direct (N, L, d) route and as lib.three_steps, and each term equals its
 formula computed independently from materialised tensors."""
 import itertools
@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as Fn
 
 import lib
-import lib.counts as counts
-from lib.decompose import FINE_TERMS, GROUPS, decompose, memory_counts, pooled
+import lib.fast.counts as counts
+from lib.analysis.decompose import FINE_TERMS, GROUPS, decompose, memory_counts, pooled
 from conftest import small_cfg, rel
 
 
@@ -154,7 +154,7 @@ def test_chunked_tables_equal_one_chunk(monkeypatch):
     train = lib.sample_batch(problem, 500, 4)
     ta = attn_of("soft", problem, train, 3)
     one = memory_counts(problem, train, ta).matrix(problem)
-    monkeypatch.setattr(counts, "PASS_SAMPLES", 7)
+    monkeypatch.setattr(lib.fast.limit, "PASS_SAMPLES", 7)
     assert rel(memory_counts(problem, train, ta).matrix(problem), one) < 1e-13
 
 
@@ -198,7 +198,7 @@ def test_invalid_arguments_name_the_parameter():
 def test_centred_step3_terms_sum_to_logits_and_match_closed_forms():
     """centred_step3 regroups the fine terms exactly, and with oracle attention its mean_bias and
     trigger_key equal their closed forms (u_k . nu)(|s|^2 + s . e_x) and sum_i f_i a_ki (e_i . s)."""
-    from lib.decompose import CENTRED_TERMS, centred_step3
+    from lib.analysis.step3 import CENTRED_TERMS, centred_step3
     cfg = lib.TaskConfig(V=12, d=7, L=5, dtype="float64", device="cpu")
     pr = lib.make_problem(cfg, 3)
     train, test = lib.sample_batch(pr, 300, 3), lib.sample_batch(pr, 40, 3, split="test")
@@ -221,7 +221,7 @@ def test_centred_step3_terms_sum_to_logits_and_match_closed_forms():
 
 
 def test_centred_step3_rejects_a_foreign_test_batch():
-    from lib.decompose import centred_step3
+    from lib.analysis.step3 import centred_step3
     cfg = lib.TaskConfig(V=6, d=4, L=3, dtype="float64", device="cpu")
     pr = lib.make_problem(cfg, 0)
     train, test = lib.sample_batch(pr, 50, 0), lib.sample_batch(pr, 10, 0, split="test")
@@ -233,7 +233,7 @@ def test_centred_step3_rejects_a_foreign_test_batch():
 
 
 def test_pooled_terms_collects_every_seed():
-    from lib.decompose import pooled_terms
+    from lib.analysis.decompose import pooled_terms
     cfg = small_cfg(V=9, d=6, L=4)
     out = pooled_terms(cfg, 200, [0, 1, 2], n_test=10, scheme="step3", test_attn="oracle",
                        train_attn=lambda p, b: b.pos)

@@ -1,4 +1,4 @@
-"""Draws (lib.seed.set_draw / RECALL_DRAW): draw 0 is the book's numbers, any other draw changes every
+"""Draws (lib.core.seed.set_draw / RECALL_DRAW): draw 0 is the book's numbers, any other draw changes every
 problem, batch, test set and global seed, and no randomness in the library or the book escapes it."""
 import ast
 import glob
@@ -99,7 +99,7 @@ def test_bad_environment_draw_is_refused_by_name():
 
 def test_store_keys_carry_the_draw(draw):
     cfg = small_cfg()
-    key = lambda: lib.store.point_prefix(cfg, seeds=1, seed=0, mode="limit", n_test=10,
+    key = lambda: lib.experiments.store.point_prefix(cfg, seeds=1, seed=0, mode="limit", n_test=10,
                                          step_sizes=lib.StepSizes())
     draw(0)
     k0 = key()
@@ -134,9 +134,9 @@ def _offenders(path, src):
 
 
 def test_no_randomness_escapes_the_seed_helper():
-    """Only lib/seed.py seeds generators: library modules and chapters go through it."""
+    """Only lib/core/seed.py seeds generators: library modules and chapters go through it."""
     bad = []
-    for path in glob.glob(os.path.join(ROOT, "lib", "*.py")):
+    for path in glob.glob(os.path.join(ROOT, "lib", "**", "*.py"), recursive=True):
         if os.path.basename(path) != "seed.py":
             bad += _offenders(path, open(path).read())
     for path in glob.glob(os.path.join(ROOT, "book", "*.ipynb")):
@@ -153,7 +153,7 @@ SAMPLERS = {"rand", "randn", "randint", "randperm", "multinomial", "normal", "be
 def test_library_samplers_take_an_explicit_generator():
     """Every torch sampler called in lib/ gets generator=...: none reads torch's global state."""
     bad = []
-    for path in glob.glob(os.path.join(ROOT, "lib", "*.py")):
+    for path in glob.glob(os.path.join(ROOT, "lib", "**", "*.py"), recursive=True):
         for node in ast.walk(ast.parse(open(path).read())):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in SAMPLERS and isinstance(node.func.value, ast.Name)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lib
-from lib.trainer import TrainConfig
+from lib.learning.trainer import TrainConfig
 
 SETTINGS = dict(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 200)), deadline=None,
                 derandomize=not os.environ.get("FUZZ_RANDOM"), suppress_health_check=[HealthCheck.too_slow])

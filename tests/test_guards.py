@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import lib
-from lib.store import canonical, point_prefix
-from lib.featuremaps import ACTIVATION_MOMENTS, ACTIVATIONS
-from lib.search import threshold_search
+from lib.experiments.store import canonical, point_prefix
+from lib.core.featuremaps import ACTIVATION_MOMENTS, ACTIVATIONS
+from lib.core.search import threshold_search
 from conftest import small_cfg
 
 
@@ -49,7 +49,7 @@ def test_both_forward_routes_equal_the_formulas(model, mlp_input, tiv, eos):
     W_KQ = torch.randn(cfg.d, cfg.d, generator=g, dtype=torch.float64)
     ref = formula_logits(problem, W_V, W_KQ, batch)
     direct = lib.forward(problem, lib.Params(W_V, W_KQ), batch).logits.numpy()
-    tokens = lib.tokens.forward_chunk(problem, W_V, W_KQ @ problem.z_eos, batch).logits.numpy()
+    tokens = lib.fast.tokens.forward_chunk(problem, W_V, W_KQ @ problem.z_eos, batch).logits.numpy()
     assert np.abs(direct - ref).max() < 1e-12 * max(1, np.abs(ref).max())
     assert np.abs(tokens - ref).max() < 1e-12 * max(1, np.abs(ref).max())
 
@@ -96,7 +96,7 @@ def test_threshold_search_brackets_the_switch(true_from, resolution):
 
 def test_nstar_passes_and_a_resolution_below_fails():
     cfg = lib.TaskConfig(V=16, d=32, L=4, device="cpu")
-    res = lib.capacity.nstar(cfg, 0.9, seeds=2, n_test=1024, resolution=0.1)
+    res = lib.experiments.capacity.nstar(cfg, 0.9, seeds=2, n_test=1024, resolution=0.1)
     assert res.nstar is not None
     at = {p.N: p.acc for p in res.points}
     assert at[res.nstar] >= 0.9
@@ -107,7 +107,7 @@ def test_nstar_passes_and_a_resolution_below_fails():
 
 
 def cache_key(cfg, N, seeds, seed, mode, n_test, step_sizes):
-    """The store's key of one evaluated point (lib.store: prefix + N)."""
+    """The store's key of one evaluated point (lib.experiments.store: prefix + N)."""
     prefix = point_prefix(cfg, seeds=seeds, seed=seed, mode=mode, n_test=n_test, step_sizes=step_sizes)
     return canonical({**prefix, "N": N})
 
@@ -178,29 +178,29 @@ def test_count_route_never_allocates_an_N_L_d_tensor():
     attn = lib.make_problem(cfg.with_(model="attn", m=None), 0)
     for mode in ("limit", "finite"):
         assert _peak_bytes(lambda: lib.three_steps(attn, batch, mode)) < nld / 2, mode
-    assert _peak_bytes(lambda: lib.counts.gradients(problem, lib.zero_params(cfg), batch)) < nld / 2
+    assert _peak_bytes(lambda: lib.fast.counts.gradients(problem, lib.zero_params(cfg), batch)) < nld / 2
     assert _peak_bytes(lambda: lib.keys_values(problem, batch)) > nld     # the measure can see one
 
 
 def test_bayes_accuracy_without_trigger_equals_exact_enumeration():
     """Every sequence of a tiny task enumerated: the Bayes rule picks a most frequent token."""
-    from lib.construct import bayes_accuracy_unmarked
+    from lib.analysis.construct import bayes_accuracy_unmarked
     V, L = 3, 3
     tokens = torch.tensor(list(itertools.product(range(V), repeat=L)))
     exact = float(np.mean([max(np.bincount(t, minlength=V)) / L for t in tokens.numpy()]))
     # each sequence is equally likely under the sampler (uniform position, uniform tokens)
     batch = lib.Batch(tokens, torch.zeros(len(tokens), dtype=torch.long), torch.zeros(len(tokens), dtype=torch.long))
-    assert bayes_accuracy_unmarked(batch) == pytest.approx(exact, abs=1e-15)
+    assert bayes_accuracy_unmarked(batch, V) == pytest.approx(exact, abs=1e-15)
     assert exact == pytest.approx((3 * 1 + 18 * 2 / 3 + 6 * 1 / 3) / 27)
     sampled = lib.sample_batch(lib.make_problem(lib.TaskConfig(V=V, d=2, L=L, device="cpu"), 0), 100_000, 0)
-    assert bayes_accuracy_unmarked(sampled) == pytest.approx(exact, abs=0.01)
+    assert bayes_accuracy_unmarked(sampled, V) == pytest.approx(exact, abs=0.01)
 
 
 def test_token_ids_are_stored_as_int32_and_give_the_int64_results():
     """sample_batch keeps token ids in int32 (half the memory); every torch route gives exactly what
-    the same batch stored as int64 gives (int64 ids never take lib.native's numba loops, which agree with
+    the same batch stored as int64 gives (int64 ids never take lib.fast.native's numba loops, which agree with
     the torch routes to rounding: tests/test_native.py)."""
-    with lib.native.disabled():
+    with lib.fast.native.disabled():
         _int32_equals_int64()
 
 
@@ -216,14 +216,14 @@ def _int32_equals_int64():
             a, b = lib.three_steps(problem, batch, mode), lib.three_steps(problem, wide, mode)
             assert torch.equal(a.params.W_V, b.params.W_V) and torch.equal(a.params.W_KQ, b.params.W_KQ), (model, mode)
         params = lib.three_steps(problem, batch, "finite").params
-        ga, gb = lib.counts.gradients(problem, params, batch), lib.counts.gradients(problem, params, wide)
+        ga, gb = lib.fast.counts.gradients(problem, params, batch), lib.fast.counts.gradients(problem, params, wide)
         assert torch.equal(ga.W_V, gb.W_V) and torch.equal(ga.W_KQ, gb.W_KQ) and ga.loss == gb.loss
-        assert torch.equal(lib.models.forward(problem, params, batch).logits, lib.models.forward(problem, params, wide).logits)
+        assert torch.equal(lib.core.models.forward(problem, params, batch).logits, lib.core.models.forward(problem, params, wide).logits)
 
 
 @pytest.mark.parametrize("last", [0, 1, 2, 3, 7, 8, 9, 1000, 12345])
 def test_largest_true_is_exact(last):
-    from lib.search import largest_true
+    from lib.core.search import largest_true
     calls = []
     assert largest_true(lambda n: calls.append(n) or n <= last) == last
     assert len(calls) <= 2 * (last.bit_length() + 2)                 # doubling then bisection

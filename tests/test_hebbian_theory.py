@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib.construct import hand_built
-from lib.embeddings import make_problem
-from lib.config import TaskConfig
-from lib.memory import hebbian, make_memory, memory_logits, recall_accuracy
+from lib.analysis.construct import hand_built
+from lib.core.embeddings import make_problem
+from lib.core.config import TaskConfig
+from lib.core.memory import hebbian, make_memory, memory_logits, recall_accuracy
 from lib.theory import (hebbian_conditional_moments, hebbian_predicted_accuracy, hebbian_predicted_capacity,
                         hebbian_score_moments, trigger_bias_var)
 

@@ -1,4 +1,4 @@
-"""Step-2 diagnostics (lib.margins) and the chapter 5 predictions (lib.theory), each against simulation."""
+"""Step-2 diagnostics (lib.analysis.margins) and the chapter 5 predictions (lib.theory), each against simulation."""
 import math
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import lib
-from lib import margins, theory
+from lib import theory; from lib.analysis import margins
 from conftest import small_cfg
 
 
@@ -39,7 +39,7 @@ def test_margins_are_positive_exactly_where_hard_attention_is_right():
     problem, res = trained_k(N=2048)
     test = lib.sample_batch(problem, 4096, 5, "test")
     m = margins.margins(problem, test, res.k)
-    s = lib.counts.position_scores(problem, test, res.k)
+    s = lib.fast.counts.position_scores(problem, test, res.k)
     assert torch.equal(m > 0, s.argmax(1) == test.pos)
 
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import lib
-from lib.construct import bayes_accuracy_unmarked, hand_built, hand_built_predicted_accuracy
-from lib.embeddings import coherence, draw_vectors
-from lib.memory import hebbian, hebbian_capacity, make_memory, recall_accuracy
+from lib.analysis.construct import bayes_accuracy_unmarked, hand_built, hand_built_predicted_accuracy
+from lib.core.embeddings import coherence, draw_vectors
+from lib.core.memory import hebbian, hebbian_capacity, make_memory, recall_accuracy
 from lib.theory import (capacity_from_constant, fit_constant, fit_power_law, inner_product_moments,
                         predicted_coherence)
 
@@ -42,7 +42,7 @@ def test_hand_built_transformer_degrades_with_random_embeddings():
 def test_bayes_accuracy_without_trigger():
     cfg = lib.TaskConfig(V=1000, d=4, L=5, device="cpu")
     b = lib.sample_batch(lib.make_problem(cfg, 0), 5000, 0)
-    assert bayes_accuracy_unmarked(b) == pytest.approx(1 / 5, abs=0.01)   # repeats are rare
+    assert bayes_accuracy_unmarked(b, cfg.V) == pytest.approx(1 / 5, abs=0.01)   # repeats are rare
 
 
 def test_inner_product_moments_match_simulation():

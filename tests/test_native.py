@@ -1,5 +1,5 @@
-"""The numba loops of lib.native against the torch primitives they replace, loop by loop and through the
-routes that use them (lib.counts), in float32 and float64; the torch route when they are off, and the
+"""The numba loops of lib.fast.native against the torch primitives they replace, loop by loop and through the
+routes that use them (lib.fast.counts), in float32 and float64; the torch route when they are off, and the
 one warning when numba is missing or fails."""
 import os
 import subprocess
@@ -11,29 +11,30 @@ import torch
 import torch.nn.functional as Fn
 
 import lib
-from lib import native
-from lib.counts import attended_groups, count_gradients, limit_attn
+from lib.fast import native
+from lib.fast.counts import count_gradients
+from lib.fast.limit import attended_groups, limit_attn
 from conftest import small_cfg, rel, random_params
 
 try:
     import numba
 except ImportError:                                                    # the torch route is tested without it
     numba = None
-needs_native = pytest.mark.skipif(not native.available(), reason="no numba: lib.native is off")
+needs_native = pytest.mark.skipif(not native.available(), reason="no numba: lib.fast.native is off")
 
 
 def test_native_loads_where_numba_is_installed():
     """With numba installed the loops must compile and load (else the speed is lost, with a warning)."""
     if numba is None:
         pytest.skip("numba is not installed")
-    assert native.available(), f"lib.native did not load: {native._state.get('error')!r}"
+    assert native.available(), f"lib.fast.native did not load: {native._state.get('error')!r}"
 
 
 def test_without_the_loops_every_route_still_runs():
     """RECALL_NATIVE=0 turns them off in a fresh process, and the routes give the torch route's numbers."""
-    code = ("import lib, lib.native as n; assert not n.available();"
+    code = ("import lib, lib.fast.native as n; assert not n.available();"
             "cfg = lib.TaskConfig(V=8, d=8, L=4, device='cpu', dtype='float64'); p = lib.make_problem(cfg, 0);"
-            "b = lib.sample_batch(p, 300, 0); g = lib.counts.limit_attn(p, b); print(float(g[1].norm()))")
+            "b = lib.sample_batch(p, 300, 0); g = lib.fast.limit.limit_attn(p, b); print(float(g[1].norm()))")
     env = dict(os.environ, RECALL_NATIVE="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     cfg = small_cfg(V=8, d=8, L=4)
@@ -269,8 +270,8 @@ def test_the_loops_do_not_depend_on_the_thread_count_beyond_rounding():
 @needs_native
 def test_loading_the_loops_leaves_torchs_thread_count_alone():
     """Launching numba's OpenMP pool with NUMBA_NUM_THREADS=1 set the count torch reads to 1 (measured):
-    lib.native puts torch's count back."""
-    code = ("import torch; torch.set_num_threads(2); from lib import native; assert native.available();"
+    lib.fast.native puts torch's count back."""
+    code = ("import torch; torch.set_num_threads(2); from lib.fast import native; assert native.available();"
             "print(torch.get_num_threads())")
     env = dict(os.environ, OMP_NUM_THREADS="2", NUMBA_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -311,14 +312,15 @@ def test_non_finite_parameters_take_the_torch_route(where, monkeypatch):
     params = random_params(cfg, 1, 0.5)
     bad = params.W_V.clone() if where == "W_V" else params.W_KQ.clone()
     bad[0, 0] = float("nan") if where == "W_V" else float("inf")
-    params = lib.models.Params(bad, params.W_KQ) if where == "W_V" else lib.models.Params(params.W_V, bad)
+    params = lib.core.models.Params(bad, params.W_KQ) if where == "W_V" else lib.core.models.Params(params.W_V, bad)
     calls = []
-    torch_loop = lib.counts._table_sums_torch
-    monkeypatch.setattr(lib.counts, "_table_sums_torch", lambda *a: calls.append(1) or torch_loop(*a))
-    a = count_gradients(problem, params, batch, tables=True)
+    torch_loop = lib.fast.counts._table_sums_torch
+    monkeypatch.setattr(lib.fast.counts, "_table_sums_torch", lambda *a: calls.append(1) or torch_loop(*a))
+    # behind the public check (which refuses them): training steps reach the route unchecked
+    a = lib.fast.counts._count_gradients(problem, params, batch, tables=True)
     assert calls, "the native loops ran on non-finite tables"
     with native.disabled():
-        b = count_gradients(problem, params, batch, tables=True)
+        b = lib.fast.counts._count_gradients(problem, params, batch, tables=True)
     assert (a.loss == b.loss) or (a.loss != a.loss and b.loss != b.loss)
 
 
@@ -327,16 +329,16 @@ def test_non_finite_parameters_take_the_torch_route(where, monkeypatch):
 def test_many_chunks_threads_and_float32_agree_with_torch(tiv, eos, noise, L, monkeypatch):
     """Chunks of 37 samples (the chunk offsets into the token index), 1 to 3 threads, float32 and
     float64, a noise vocabulary, L = 1; int32 and strided positions and labels."""
-    monkeypatch.setattr(lib.counts, "TABLE_ELEMENTS", 37 * 130)
+    monkeypatch.setattr(lib.fast.counts, "TABLE_ELEMENTS", 37 * 130)
     before = torch.get_num_threads()
     try:
         for dtype in ("float64", "float32"):
             cfg = small_cfg(V=130, d=16, L=L, trigger_in_value=tiv, eos_key=eos, noise_vocab=noise, dtype=dtype)
             problem = lib.make_problem(cfg, 1)
             batch = lib.sample_batch(problem, 400, 2)
-            assert lib.counts.table_chunk_size(problem) < 40
+            assert lib.fast.counts.table_chunk_size(problem) < 40
             params = random_params(cfg, 3, 0.8)
-            params = lib.models.Params(params.W_V.to(problem.E.dtype), params.W_KQ.to(problem.E.dtype))
+            params = lib.core.models.Params(params.W_V.to(problem.E.dtype), params.W_KQ.to(problem.E.dtype))
             odd = lib.Batch(batch.tokens, torch.stack([batch.pos, batch.pos], 1)[:, 0].int(),
                             torch.stack([batch.labels, batch.labels], 1)[:, 1])   # int32, strided
             with native.disabled():
@@ -361,7 +363,7 @@ def test_the_loops_leave_subnormals_to_torch():
     problem = lib.make_problem(cfg, 1)
     batch = lib.sample_batch(problem, 2000, 2)
     params = random_params(cfg, 3, 0.8)
-    count_gradients(problem, lib.models.Params(params.W_V.float(), params.W_KQ.float()), batch, tables=True)
+    count_gradients(problem, lib.core.models.Params(params.W_V.float(), params.W_KQ.float()), batch, tables=True)
     limit_attn(problem, batch)
     tiny = torch.full((1 << 20,), 1e-40, dtype=torch.float32)
     assert bool(((tiny * 1.0) > 0).all())                              # a parallel op: every thread
@@ -385,10 +387,12 @@ def test_ids_out_of_range_never_reach_the_loops():
     for b, field in ((lib.Batch(batch.tokens, batch.pos, labels), "labels"), (lib.Batch(batch.tokens, bad_pos, batch.labels), "pos"),
                      (lib.Batch(noise_at_l, batch.pos, batch.labels), "informative")):
         with pytest.raises(ValueError, match=field):
-            lib.counts.gradients(problem, params, b)
+            lib.fast.counts.gradients(problem, params, b)
         assert not native.ids_in_range(b, cfg.V, cfg.V_in, cfg.L)
-    with pytest.raises((RuntimeError, IndexError)):
+    with pytest.raises(ValueError, match="labels"):
         count_gradients(problem, params, lib.Batch(batch.tokens, batch.pos, labels), tables=True)
+    with pytest.raises((RuntimeError, IndexError)):                   # the route behind the check
+        lib.fast.counts._count_gradients(problem, params, lib.Batch(batch.tokens, batch.pos, labels), tables=True)
 
 
 @needs_native

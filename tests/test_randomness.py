@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import lib
-from lib.task import SAMPLE_BLOCK
+from lib.core.task import SAMPLE_BLOCK
 from conftest import small_cfg
 
 OBJECTS = ("E", "U", "z_trig", "z_eos", "perm", "F")

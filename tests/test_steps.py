@@ -39,7 +39,7 @@ def test_default_finite_step_is_genuinely_finite_and_still_agrees_with_the_limit
     fin = lib.three_steps(problem, batch, "finite")
     assert float((fin.W1 @ problem.z_eos).norm()) == pytest.approx(lib.StepSizes().attn_scale, rel=1e-5)
     test = lib.sample_batch(problem, 4000, 0, "test")
-    a = torch.softmax(lib.tokens.position_scores(problem, test, fin.W1 @ problem.z_eos), 1)
+    a = torch.softmax(lib.fast.tokens.position_scores(problem, test, fin.W1 @ problem.z_eos), 1)
     on_trigger = float(a.gather(1, test.pos[:, None]).mean())
     assert 0.99 < on_trigger < 0.9995                     # soft: weight is left off the trigger
     assert agreement(problem, lib.three_steps(problem, batch, "limit").params, fin.params) >= 0.999

@@ -1,4 +1,4 @@
-"""The sweep engine (lib.sweep) and its point store (lib.store): N* equals a brute-force scan, a
+"""The sweep engine (lib.sweep) and its point store (lib.experiments.store): N* equals a brute-force scan, a
 killed sweep resumes without recomputing finished points, corrupt records are detected and
 recomputed, parallel equals serial, and the cache key holds exactly what changes the numbers."""
 import json
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import lib
-from lib.store import Store, append_line, point_prefix
-from lib.sweep import SweepPoint, bootstrap_nstar, grid, sweep, table
+from lib.experiments.store import Store, append_line, point_prefix
+from lib.experiments.sweep import SweepPoint, bootstrap_nstar, grid, sweep, table
 
 # tiny problems: the trigger out of the value path reaches high accuracy at small N
 BASE = lib.TaskConfig(V=16, d=32, L=4, trigger_in_value=False, device="cpu")
@@ -139,7 +139,7 @@ def test_corrupt_and_truncated_records_are_reported_and_recomputed(tmp_path):
         warnings.simplefilter("always")
         store = Store(str(path))
     assert len(later) == 2 and len(store) == len(ref[0].points)      # the repaired line 2 is still reported
-    assert lib.store.compact(str(path)) == (len(ref[0].points), 2)  # drops them, keeps every point
+    assert lib.experiments.store.compact(str(path)) == (len(ref[0].points), 2)  # drops them, keeps every point
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert sweep([BASE], cache=str(path), **FAST)[0].computed == 0

@@ -6,7 +6,7 @@ import torch
 
 import lib
 from lib import theory
-from lib.decompose import decompose
+from lib.analysis.decompose import decompose
 
 
 def pooled_moments(V, d, L, N, seeds, n_test=400):

@@ -8,7 +8,7 @@ import sympy as sp
 import torch
 
 import lib
-import lib.mlp_budget
+import lib.analysis.mlp_budget
 from lib import theory as T
 from conftest import small_cfg, rel, random_params
 
@@ -25,7 +25,7 @@ def test_mlp_closed_form_gradients_equal_autograd_at_each_normalisation(mlp_inpu
     closed = lib.gradients(problem, params, batch)
     ref = lib.autograd_gradients(problem, params, batch)
     assert rel(closed.W_V, ref.W_V) < 1e-10 and rel(closed.W_KQ, ref.W_KQ) < 1e-10
-    fast = lib.counts.gradients(problem, params, batch)             # the count route too
+    fast = lib.fast.counts.gradients(problem, params, batch)             # the count route too
     assert rel(fast.W_V, ref.W_V) < 1e-10 and rel(fast.W_KQ, ref.W_KQ) < 1e-10
 
 
@@ -70,9 +70,9 @@ def test_each_budget_term_matches_its_direct_simulation(activation, m, N, seeds)
     # the mean bias is one random vector per problem (relative spread ~ sqrt(2/V + 1/d) = 18 %): 6 problems
     cfg = lib.TaskConfig(V=128, d=64, L=2, model="mlp", m=m, activation=activation, trigger_in_value=False,
                          device="cpu", dtype="float64")
-    meas = lib.mlp_budget.measured_term_moments(cfg, N, seeds=seeds)
+    meas = lib.analysis.mlp_budget.measured_term_moments(cfg, N, seeds=seeds)
     pred = T.mlp_term_moments(128, 64, m, N, activation)
-    for name in lib.mlp_budget.TERMS:
+    for name in lib.analysis.mlp_budget.TERMS:
         if pred[name] > 1e-3:                                                # the terms large enough to measure
             assert 0.75 < meas[name] / pred[name] < 1.33, (name, meas[name], pred[name])
     assert meas["rest"] < 0.05 and abs(meas["signal"] - 1) < 0.08
@@ -111,12 +111,12 @@ def test_hermite_coefficients_match_closed_forms():
     assert abs(float(shifted[1]) - 3 * 0.49 / math.sqrt(6)) < 1e-12
     for act in ("he2", "he3", "he4", "centred_relu"):
         tot = sum(float(c) ** 2 for c in T.hermite_coefficients(act, kmax=12))
-        assert abs(tot - lib.featuremaps.ACTIVATION_MOMENTS[act][1]) < 2e-3
+        assert abs(tot - lib.core.featuremaps.ACTIVATION_MOMENTS[act][1]) < 2e-3
 
 
 def test_hermite_coefficients_agree_with_monte_carlo():
     g = torch.randn(1_000_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    sigma = lib.featuremaps.ACTIVATIONS["centred_relu"][0]
+    sigma = lib.core.featuremaps.ACTIVATIONS["centred_relu"][0]
     for k, c in enumerate(T.hermite_coefficients("centred_relu", kmax=4)):
         he = torch.as_tensor(np.polynomial.hermite_e.hermeval(g.numpy(), [0] * k + [1]))
         est = sigma(g) * he / math.sqrt(math.factorial(k))
@@ -150,10 +150,10 @@ def test_predicted_accuracy_grows_with_width_and_samples_and_respects_coverage()
 
 def test_population_recall_is_exact_for_orthogonal_embeddings_and_fails_for_small_d():
     orth = lib.TaskConfig(V=10, d=24, L=3, embedding="orthogonal", trigger_in_value=False, device="cpu")
-    assert lib.memory.population_recall(orth, 0) == 1.0
+    assert lib.core.memory.population_recall(orth, 0) == 1.0
     tiny = lib.TaskConfig(V=200, d=4, L=3, model="mlp", m=16, trigger_in_value=False, device="cpu")
-    assert lib.memory.population_recall(tiny, 0) < 0.5
-    assert lib.memory.population_capacity(tiny.with_(d=32, m=512), seeds=1) > 20
+    assert lib.core.memory.population_recall(tiny, 0) < 0.5
+    assert lib.core.memory.population_capacity(tiny.with_(d=32, m=512), seeds=1) > 20
 
 
 def test_fit_power_law_interval_recovers_an_exact_slope():
@@ -175,7 +175,7 @@ def test_fit_power_law_interval_recovers_an_exact_slope():
     lambda: T.mlp_noise_terms(128, 64, 10, 100, tau=-1.0),
     lambda: T.mlp_predicted_accuracy(128, 64, 10, 100, drop=("nonsense",)),
     lambda: T.coverage_nstar(100, 1.5),
-    lambda: lib.memory.population_recall("cfg"),
+    lambda: lib.core.memory.population_recall("cfg"),
     lambda: T.fit_power_law_interval([1, 2], [1, 2]),
 ])
 def test_chapter8_functions_reject_bad_arguments(call):

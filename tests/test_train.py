@@ -1,11 +1,11 @@
-"""lib.trainer.train (count route, GD and Adam) against the autograd trainer, and its record."""
+"""lib.learning.trainer.train (count route, GD and Adam) against the autograd trainer, and its record."""
 import math
 
 import pytest
 import torch
 
 import lib
-from lib.trainer import TrainConfig, TrainSpec, attention_summary, train, train_transformer, train_with
+from lib.learning.trainer import TrainConfig, TrainSpec, attention_summary, train, train_transformer, train_with
 from conftest import rel, small_cfg
 
 
@@ -103,7 +103,7 @@ def test_trained_sweep_is_cached_and_keyed_apart(tmp_path):
     with pytest.raises(ValueError, match="mode"):
         lib.sweep.sweep(cfgs, training=spec, **{**kw, "mode": "limit"})
     with pytest.raises(ValueError, match="training"):
-        lib.capacity.nstar(cfgs[0], training={"steps": 3}, mode="finite")
+        lib.experiments.capacity.nstar(cfgs[0], training={"steps": 3}, mode="finite")
 
 
 def test_trained_points_start_from_the_runs_step_sizes():
@@ -118,4 +118,4 @@ def test_trained_points_start_from_the_runs_step_sizes():
     problem = lib.make_problem(cfg, 0)
     batch = lib.sample_batch(problem, 64, 0)
     with pytest.raises(ValueError, match="step_sizes"):
-        lib.trainer.train_with(problem, batch, spec, step_sizes={"eta": 1.0})
+        lib.learning.trainer.train_with(problem, batch, spec, step_sizes={"eta": 1.0})

@@ -2,8 +2,8 @@
 import torch
 
 import lib
-from lib.memory import hebbian, make_memory, recall_accuracy
-from lib.trainer import TrainConfig, train_memory, train_transformer
+from lib.core.memory import hebbian, make_memory, recall_accuracy
+from lib.learning.trainer import TrainConfig, train_memory, train_transformer
 from conftest import small_cfg
 
 

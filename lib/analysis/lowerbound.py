@@ -27,16 +27,14 @@ that of the three steps by the same rule on the same grid, problems and data.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 import torch
 
-from .config import TaskConfig, check_float, check_int
-from .embeddings import Problem, check_problem, make_problem
-from .task import Batch, sample_batch
-from .theory import critical_snr
+from ..core.config import TaskConfig, check_float, check_int
+from ..core.embeddings import Problem, check_problem, make_problem
+from ..core.task import Batch, check_batch, sample_batch
 
 ESTIMATORS = ("bayes", "matched", "readout", "inversion", "assignment")
 
@@ -72,7 +70,7 @@ def counting_capacity(params: float, bits: float, threshold: float = 1.0) -> int
     bits = check_float("bits", bits, 0.0, strict_min=True)
     t = check_float("threshold", threshold, 0.0, 1.0)
     budget = params * bits
-    from .search import largest_true
+    from ..core.search import largest_true
     return largest_true(lambda V: counting_bits(V, t) <= budget)   # counting_bits is nondecreasing in V
 
 
@@ -116,10 +114,10 @@ def coverage_nstar(V: int, threshold: float = 0.99) -> float:
 
 
 def coverage_exact_nstar(V: int, threshold: float = 0.99) -> int:
-    """Smallest integer N with coverage_accuracy(N, V) >= threshold (`lib.search.smallest_true`)."""
+    """Smallest integer N with coverage_accuracy(N, V) >= threshold (`lib.core.search.smallest_true`)."""
     V = check_int("V", V, 2)
     t = _check_threshold(threshold)
-    from .search import smallest_true
+    from ..core.search import smallest_true
     ok = lambda N: coverage_accuracy(N, V) >= t
     return 0 if ok(0) else smallest_true(ok)
 
@@ -138,6 +136,7 @@ def cooccurrence(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Te
     was the informative one. C keeps no positions: it is the same whichever token of a sample is
     marked, as long as the label is."""
     _check_problem(problem)
+    check_batch(problem, batch)
     V = problem.cfg.V
     ids = (batch.labels[:, None] * V + batch.tokens).reshape(-1)
     C = torch.bincount(ids, minlength=V * V).view(V, V).to(torch.float64)
@@ -367,7 +366,7 @@ def g1_accuracy(N: float, V: int, d: int, L: int) -> float:
     recalled with probability int phi(z) Phi((1 + s_c z)/s_r)^(V - 1) dz; n ~ Poisson(N/V). An unseen
     token (n = 0) is right with probability 1/V (the Bayes estimator does a little better, 1/(V - S):
     coverage is included only approximately)."""
-    from .theory import _normal_cdf
+    from ..theory import _normal_cdf
     N = check_float("N", N, 0.0, strict_min=True)
     V, d, L, _ = _sizes(V, d, L, 0.5)
     lam = N / V
@@ -407,8 +406,8 @@ def three_steps_nstar(cfg: TaskConfig, threshold: float = 0.99, seed: int = 0, n
     threshold, on problem `seed` and the nested data `sample_batch(problem, N, seed)` (the estimators'
     data). Evaluated from the top of the grid down, stopping at the first failure (the rule needs no
     more); None if the accuracy at n_max is below the threshold."""
-    from .evaluate import evaluate
-    from .schedule import three_steps
+    from ..learning.evaluate import evaluate
+    from ..learning.schedule import three_steps
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     t = _check_threshold(threshold)

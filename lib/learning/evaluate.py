@@ -4,7 +4,7 @@ Three accuracies (chapters 1 and 3):
   acc         argmax_k xi_k = y on fresh test samples (the model as trained);
   att_acc     the attention's argmax is the informative position: argmax_t s_t = l;
   oracle_acc  recall with oracle attention: o = v_l, the informative token's value.
-The forward pass is `lib.tokens` (scores from the table E W_KQ q, values pooled with
+The forward pass is `lib.fast.tokens` (scores from the table E W_KQ q, values pooled with
 `embedding_bag`), so the test set is never expanded to (N, L, d). Both functions accept the
 `Params` of a model or the `ThreeSteps` result that holds them.
 """
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import check_int
-from .embeddings import Problem
-from .models import Params, check_params
-from .steps import ThreeSteps
-from .task import Batch, check_batch, sample_batch
-from .tokens import chunk_size, chunks, forward_chunk, informative_values, logits_of
+from ..core.config import check_int
+from ..core.embeddings import Problem
+from ..core.models import Params, check_params, features, hard_attention, model_logits, readout_matrix
+from ..core.steps import ThreeSteps
+from ..core.task import Batch, check_batch, sample_batch
+from ..fast.tokens import chunk_size, chunks, forward_chunk, informative_values
 
 N_TEST = 2 ** 13   # the one default number of fresh test samples (library, `lib.run` and the CLI)
 
@@ -47,7 +47,7 @@ def predict(problem: Problem, params: Params | ThreeSteps, batch: Batch) -> torc
     params = _params(problem, params)
     check_batch(problem, batch)
     w = params.W_KQ @ problem.z_eos
-    readout = params.W_V.T @ problem.U.T
+    readout = readout_matrix(problem, params.W_V)
     out = [forward_chunk(problem, params.W_V, w, b, params.hard, readout).logits.argmax(1)
            for b in chunks(batch, chunk_size(problem))]
     return torch.cat(out)
@@ -61,12 +61,12 @@ def evaluate(problem: Problem, params: Params | ThreeSteps, n_test: int = N_TEST
         batch = sample_batch(problem, check_int("n_test", n_test, 1), seed, split="test")
     check_batch(problem, batch)
     w = params.W_KQ @ problem.z_eos
-    readout = params.W_V.T @ problem.U.T
+    readout = readout_matrix(problem, params.W_V)
     hits = torch.zeros(3, dtype=torch.long)
     for b in chunks(batch, chunk_size(problem)):
         f = forward_chunk(problem, params.W_V, w, b, params.hard, readout)
         hits[0] += int((f.logits.argmax(1) == b.labels).sum())
-        hits[1] += int((f.scores.argmax(1) == b.pos).sum())
-        hits[2] += int((logits_of(problem, params.W_V, informative_values(problem, b)).argmax(1) == b.labels).sum())
+        hits[1] += int((hard_attention(f.scores) == b.pos).sum())
+        hits[2] += int((model_logits(problem, params.W_V, features(problem, informative_values(problem, b)), readout).argmax(1) == b.labels).sum())
     acc, att, orc = (hits.double() / batch.N).tolist()
     return Accuracy(acc, att, orc)

@@ -1,7 +1,7 @@
 """The one-step MLP memory's logits split into the terms of chapter 8's error budget, measured.
 
 With oracle attention the limit-mode memory is G3 = sum_j f_j (u_{Pi j} - u_bar) phi(v_j)^T
-(`lib.memory.population_recall` is its N -> infinity limit), f_j = n_j / N the fraction of samples
+(`lib.core.memory.population_recall` is its N -> infinity limit), f_j = n_j / N the fraction of samples
 whose informative token is j. Since u_bar is the mean of the V labels and sum_j f_j = 1, the logit of
 label k for input x is exactly
 
@@ -28,8 +28,8 @@ import math
 
 import torch
 
-from .config import TaskConfig, check_int
-from .seed import torch_generator
+from ..core.config import TaskConfig, check_int
+from ..core.seed import torch_generator
 
 TERMS = ("readout", "kernel", "rf", "finite", "mean_bias")
 
@@ -38,8 +38,8 @@ def measure_terms(cfg: TaskConfig, N: float, seed: int = 0) -> dict:
     """Second moments of each budget term of the wrong labels' logits (units (S / V)^2, averaged
     over the V inputs and their V - 1 wrong labels), the mean signal (units S / V), and "rest": the
     relative size of what the five terms and the signal leave out of the exact logits."""
-    from . import theory as T
-    from .embeddings import make_problem
+    from .. import theory as T
+    from ..core.embeddings import make_problem
 
     if not isinstance(cfg, TaskConfig) or cfg.model != "mlp":
         raise ValueError("cfg must be a TaskConfig with model='mlp'")

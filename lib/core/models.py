@@ -4,13 +4,13 @@ Attention (chapter 3): scores s_t = h_t^T W_KQ q with q = z_EOS, a = softmax(s) 
 keys, o = sum_t a_t v_t.  With `Params.hard` the softmax is replaced by its gamma -> infinity limit,
 one-hot on argmax_t s_t (the limit mode of the three steps).
 
-  logits xi = U W_V phi(o),   phi the model's feature map (`lib.featuremaps`):
+  logits xi = U W_V phi(o),   phi the model's feature map (`lib.core.featuremaps`):
   attention-only  phi(o) = o                                  W_V is (d, d)
   attention + MLP phi(o) = sigma(F n(o)) / sqrt(m)            W_V is (d, m), F frozen
 
 (`U` stores u_k as rows, so U W_V o is the vector (u_k^T W_V o)_k of the book's U^T W_V o with the u_k as columns.)
 `forward` materialises the (N, L, d) keys and values: it is the readable reference that the
-token-id route (`lib.tokens`) and the closed-form gradients are tested against.
+token-id route (`lib.fast.tokens`) and the closed-form gradients are tested against.
 W_KQ is stored as a full (d, d) matrix; the forward pass reads it only through W_KQ q, and every
 gradient of it is rank one, k q^T.
 """
@@ -25,11 +25,11 @@ import torch.nn.functional as Fn
 from .config import TaskConfig, check_choice
 from .embeddings import Problem, check_problem
 from .featuremaps import ACTIVATIONS
-from .task import Batch, keys_values
+from .task import Batch, check_batch, keys_values
 
 
 def activation(name: str):
-    """(sigma, sigma') for an activation name in `lib.config.ACTIVATIONS`."""
+    """(sigma, sigma') for an activation name in `lib.core.config.ACTIVATIONS`."""
     check_choice("activation", name, tuple(ACTIVATIONS))
     return ACTIVATIONS[name]
 
@@ -73,7 +73,7 @@ def check_params(problem: Problem, params: Params) -> None:
 
 
 def features(problem: Problem, o: torch.Tensor) -> torch.Tensor:
-    """phi(o) of the problem's model (`lib.featuremaps`): o (attn) or sigma(F n(o)) / sqrt(m) (mlp)."""
+    """phi(o) of the problem's model (`lib.core.featuremaps`): o (attn) or sigma(F n(o)) / sqrt(m) (mlp)."""
     return problem.features.phi(o, problem.F)
 
 
@@ -82,11 +82,33 @@ def feature_jacobian_T(problem: Problem, o: torch.Tensor, r: torch.Tensor) -> to
     return problem.features.vjp(o, problem.F, r)
 
 
+def hard_attention(scores: torch.Tensor) -> torch.Tensor:
+    """The one hard-attention rule of the book: the position of the largest score along the last axis,
+    the FIRST such position when several tie (torch.argmax's rule). Every route attends by it: the
+    direct route here, the chunked one (`lib.fast.tokens.hard_values`), the count-table limit mode
+    (`lib.fast.limit.attended_groups`, which reads the same choice from score ranks) and the fused loop
+    (`lib.fast.native.attend`); tests/test_count_gradients.py and tests/test_native.py bind them."""
+    return scores.argmax(-1)
+
+
 def attention(scores: torch.Tensor, hard: bool) -> torch.Tensor:
-    """Softmax over the last axis, or its hard limit (one-hot on the argmax)."""
+    """Softmax over the last axis, or its hard limit (one-hot on `hard_attention`)."""
     if hard:
-        return Fn.one_hot(scores.argmax(-1), scores.shape[-1]).to(scores.dtype)
+        return Fn.one_hot(hard_attention(scores), scores.shape[-1]).to(scores.dtype)
     return torch.softmax(scores, -1)
+
+
+def readout_matrix(problem: Problem, W_V: torch.Tensor) -> torch.Tensor:
+    """W_V^T U^T (width, V): features to logits, formed once when many chunks are read out."""
+    return W_V.T @ problem.U.T
+
+
+def model_logits(problem: Problem, W_V: torch.Tensor, phi: torch.Tensor,
+                 readout: torch.Tensor | None = None) -> torch.Tensor:
+    """The one logits map of the book, xi = U W_V phi(o), for features phi (B, width): (B, V). Every
+    route computes its logits here; a one-step memory G read at features phi is model_logits(problem,
+    G, phi). `readout` = readout_matrix(problem, W_V) when it is reused over chunks."""
+    return phi @ (readout_matrix(problem, W_V) if readout is None else readout)
 
 
 @dataclass
@@ -103,13 +125,16 @@ class Forward:
 
 
 def forward(problem: Problem, params: Params, batch: Batch) -> Forward:
-    """The model on a batch, materialising every (N, L, d) tensor (reference route)."""
+    """The model on a batch, materialising every (N, L, d) tensor (reference route). Params and batch
+    are checked first."""
+    check_params(problem, params)
+    check_batch(problem, batch)
     h, v = keys_values(problem, batch)                                 # (N, n_keys, d)
     scores = h @ (params.W_KQ @ problem.z_eos)                         # (N, n_keys)
     a = attention(scores, params.hard)
     o = torch.einsum("nt,ntd->nd", a, v)                               # (N, d)
     phi = features(problem, o)                                         # (N, width)
-    logits = phi @ params.W_V.T @ problem.U.T                          # (N, V)
+    logits = model_logits(problem, params.W_V, phi)                    # (N, V)
     return Forward(h, v, scores, a, o, phi, logits)
 
 

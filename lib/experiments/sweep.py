@@ -1,15 +1,15 @@
 """The sweep engine: N* over a grid of configurations, resumable, parallel, with a confidence.
 
-    configs = lib.sweep.grid(lib.TaskConfig(V=64, d=32, L=8), d=[32, 64], L=[8, 32])   # 4 configs
-    points = lib.sweep.sweep(configs, threshold=0.99, seeds=3, cache="points.jsonl", jobs=2)
-    cols = lib.sweep.table(points)          # {"V": array, "d": array, ..., "nstar": array (nan: not reached)}
+    configs = lib.experiments.sweep.grid(lib.TaskConfig(V=64, d=32, L=8), d=[32, 64], L=[8, 32])   # 4 configs
+    points = lib.experiments.sweep.sweep(configs, threshold=0.99, seeds=3, cache="points.jsonl", jobs=2)
+    cols = lib.experiments.sweep.table(points)          # {"V": array, "d": array, ..., "nstar": array (nan: not reached)}
 
-Search. Each grid point runs `lib.capacity.nstar`: doubling from n_min (default V), then bisection
+Search. Each grid point runs `lib.experiments.capacity.nstar`: doubling from n_min (default V), then bisection
 in N to a relative resolution; every N is evaluated on the same seeds (seeds share each N, and data
 are nested in N). A threshold not reached by n_max gives nstar = None: a result, not an error.
 
 Store. Every evaluated (configuration, N) is appended to the crash-safe JSON-lines store of
-`lib.store` the moment it is computed (one fsynced line with a checksum; see that module for why
+`lib.experiments.store` the moment it is computed (one fsynced line with a checksum; see that module for why
 JSON lines and not SQLite). A kill at any moment loses only the point in flight; rerunning reads
 every finished point back and recomputes none; a corrupt or truncated line is reported and
 recomputed. The key holds the full configuration (not the device), the step sizes, the evaluation
@@ -22,7 +22,7 @@ K cores without oversubscription). Workers append to the same store: each record
 whole line on an O_APPEND descriptor under flock, so records never interleave. No scheduler of our
 own: to run the same sweep on a cluster, pick a joblib backend, in one line,
 
-    with joblib.parallel_backend("dask"): points = lib.sweep.sweep(configs, jobs=-1)   # or "ray"
+    with joblib.parallel_backend("dask"): points = lib.experiments.sweep.sweep(configs, jobs=-1)   # or "ray"
 
 (after `dask.distributed.Client(...)`, or `ray.util.joblib.register_ray()`), or pass `backend=` by
 name. The workers must see the store's file (a shared filesystem) when `cache` is given.
@@ -49,10 +49,10 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .capacity import nstar as nstar_search
-from .config import TaskConfig, check_bool, check_float, check_int
-from .evaluate import N_TEST
-from .seed import generator, get_draw, set_draw
-from .steps import StepSizes
+from ..core.config import TaskConfig, check_bool, check_float, check_int
+from ..learning.evaluate import N_TEST
+from ..core.seed import generator, get_draw, set_draw
+from ..core.steps import StepSizes
 from .store import Store, point_prefix
 
 CONFIG_FIELDS = tuple(f.name for f in fields(TaskConfig) if f.name != "device")
@@ -195,7 +195,7 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
 
     jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores): joblib with `backend`
     (default: joblib's current one, loky processes unless a `joblib.parallel_backend` context says
-    otherwise). progress: a tqdm bar over grid points on stderr. training: a `lib.trainer.TrainSpec`
+    otherwise). progress: a tqdm bar over grid points on stderr. training: a `lib.learning.trainer.TrainSpec`
     (with mode="finite") sweeps the N* of the trained model instead; it is part of the store key.
     """
     if isinstance(configs, TaskConfig) or not isinstance(configs, (list, tuple)):

@@ -21,7 +21,7 @@ input normalisation n chosen by `TaskConfig.mlp_input`:
   "raw"   n(o) = o.
 The activations are the Hermite polynomials He_k / sqrt(k!) (E sigma(g) = 0, E sigma(g)^2 = 1 for
 g ~ N(0, 1)), ReLU, and ReLU minus its Gaussian mean 1/sqrt(2 pi) (E sigma(g) = 0).
-This module imports nothing from `lib`: `lib.config` validates names against it.
+This module imports nothing from `lib`: `lib.core.config` validates names against it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class FeatureMap:
 
     name: str = ""
     needs_m: bool = False          # does the config need an MLP width m?
-    linear: bool = False           # phi(o) = o? (then logits are linear in o: `lib.counts.table_gradients`)
+    linear: bool = False           # phi(o) = o? (then logits are linear in o: `lib.fast.counts.table_gradients`)
 
     def __init__(self, cfg):
         self.d, self.m = cfg.d, cfg.m

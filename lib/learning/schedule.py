@@ -1,14 +1,14 @@
 """The three steps as a three-entry schedule of one generic gradient step (chapters 4-6).
 
-`three_steps(problem, batch, mode, step_sizes=..., route=...)` runs the schedule of `lib.steps`:
+`three_steps(problem, batch, mode, step_sizes=..., route=...)` runs the schedule of `lib.core.steps`:
 
   finite  V1 = -eta grad_V(0, 0);  W1 = -gamma_W grad_W(V1, 0);  V2 = V1 - gamma_V grad_V(V1, W1)
   limit   G1 = -grad_V(0, 0);  k q^T = -grad_W(G1, 0) at the output error u_bar - u_y (the eta -> 0
           limit, divided by eta);  G3 = -grad_V(0, k q^T) with hard attention
 
-on one of two routes that compute the same numbers: "counts" (default; `lib.counts`, token ids and
+on one of two routes that compute the same numbers: "counts" (default; `lib.fast.counts`, token ids and
 count tables, never an (N, L, d) tensor; the attention-only limit mode takes the dedicated
-count-table fast paths `lib.counts.limit_attn` and `finite_attn`) and "direct" (`lib.gradients`, the readable
+count-table fast paths `lib.fast.limit.limit_attn` and `finite_attn`) and "direct" (`lib.gradients`, the readable
 reference on materialised tensors). Tests prove that all of them agree.
 """
 
@@ -18,13 +18,14 @@ import math
 
 import torch
 
-from .config import check_choice
-from .counts import _limit_attn, count_gradients, finite_attn
-from .embeddings import Problem
-from .gradients import direct_gradients
-from .models import Params, zero_params
-from .steps import MODES, ROUTES, StepSizes, ThreeSteps, direction, normalised_gamma_W
-from .task import Batch, check_batch
+from ..core.config import check_choice
+from ..fast.counts import _count_gradients
+from ..fast.limit import _limit_attn, finite_attn
+from ..core.embeddings import Problem
+from ..core.gradients import direct_gradients
+from ..core.models import Params, zero_params
+from ..core.steps import MODES, ROUTES, StepSizes, ThreeSteps, direction, normalised_gamma_W
+from ..core.task import Batch, check_batch
 
 
 def three_steps(problem: Problem, batch: Batch, mode: str = "limit", *,
@@ -47,7 +48,7 @@ def three_steps(problem: Problem, batch: Batch, mode: str = "limit", *,
         out = ThreeSteps("finite", V1, W1, V2, gamma_W, Params(V2, W1), direction(W1, problem.z_eos),
                          G1=G1, G3=G3)
     else:
-        step = count_gradients if route == "counts" else direct_gradients
+        step = _count_gradients if route == "counts" else direct_gradients
         out = (_finite if mode == "finite" else _limit)(problem, batch, step, step_sizes)
     if not all(bool(torch.isfinite(t).all()) for t in (out.V1, out.W1, out.V2)):
         cfg = problem.cfg

@@ -3,25 +3,25 @@
 `nstar` asks `lib.run` (mean accuracy over seeds; every N uses the same seeds, and data are nested
 in N by `lib.sample_batch`, so the accuracy curve of one seed is a curve of one growing data set)
 at N = n_min, 2 n_min, ... until the threshold is reached, then bisects to a relative resolution
-(default 5 %) with the one monotone search of `lib.search`. It returns nstar = None when `n_max` is
+(default 5 %) with the one monotone search of `lib.core.search`. It returns nstar = None when `n_max` is
 reached first: with z_trig in the value path accuracy can saturate below the threshold at any N,
 which is a result, not an error.
 
-Every evaluated point can be kept in the crash-safe store of `lib.store` (`cache=` a file path, or
+Every evaluated point can be kept in the crash-safe store of `lib.experiments.store` (`cache=` a file path, or
 `store=` an open `Store`): a point already there is read, never recomputed, so an interrupted
 search resumes where it stopped and searches at other thresholds reuse the points. Grids of
-configurations, in parallel, are `lib.sweep`.
+configurations, in parallel, are `lib.experiments.sweep`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import TaskConfig, check_float, check_int
-from .evaluate import N_TEST
+from ..core.config import TaskConfig, check_float, check_int
+from ..learning.evaluate import N_TEST
 from .experiment import run
-from .search import threshold_search
-from .steps import StepSizes
+from ..core.search import threshold_search
+from ..core.steps import StepSizes
 from .store import Store, point_prefix
 
 
@@ -39,7 +39,7 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
           step_sizes: StepSizes = StepSizes(), cache: str | None = None, store: Store | None = None,
           training=None) -> NStar:
     """Critical sample size by doubling from n_min (default V) and bisection to `resolution`.
-    `training` (a `lib.trainer.TrainSpec`, mode "finite"): N* of the trained model instead."""
+    `training` (a `lib.learning.trainer.TrainSpec`, mode "finite"): N* of the trained model instead."""
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
@@ -50,7 +50,7 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
     if store is not None and cache is not None:
         raise ValueError("cache and store cannot both be given")
     if store is not None and not isinstance(store, Store):
-        raise ValueError(f"store must be a lib.store.Store, got {type(store).__name__}")
+        raise ValueError(f"store must be a lib.experiments.store.Store, got {type(store).__name__}")
     store = store if store is not None else Store(cache)
     out = NStar(None, threshold)
 

@@ -37,7 +37,7 @@ class Problem:
 
     @property
     def features(self):
-        """The model's feature map (`lib.featuremaps`): phi, its vjp and its width."""
+        """The model's feature map (`lib.core.featuremaps`): phi, its vjp and its width."""
         fm = self.__dict__.get("_features")
         if fm is None:
             fm = self.__dict__["_features"] = feature_map(self.cfg)

@@ -2,13 +2,13 @@
 
 The three steps are an early-stage analysis; this module is what they are compared with. It trains
 the attention-only or attention + MLP transformer (`train_transformer`) on one fixed batch, on the
-empirical cross-entropy, with torch autograd through the token-id forward pass of `lib.tokens`
+empirical cross-entropy, with torch autograd through the token-id forward pass of `lib.fast.tokens`
 (chunked, gradients accumulated, so memory stays bounded). It is the independent reference for the
-closed-form count-route step: `train` below runs full-batch GD or Adam on `lib.counts.count_gradients`
+closed-form count-route step: `train` below runs full-batch GD or Adam on `lib.fast.counts.count_gradients`
 (`gd_counts` is its gradient-descent form), and tests/test_train.py and tests/test_count_gradients.py
 bind the two (float64, relative 1e-10).
-The loop itself (`TrainConfig`, `History`) lives in `lib.optim`; linear associative memories are
-trained by `lib.memory.train_memory` (re-exported here).
+The loop itself (`TrainConfig`, `History`) lives in `lib.core.optim`; linear associative memories are
+trained by `lib.core.memory.train_memory` (re-exported here).
 
 `train` (chapter 10) is the count-route trainer for many steps: full-batch gradient descent or Adam
 on both blocks (W_V and the full d x d W_KQ, whose gradient is rank one, k q^T), from zero or from
@@ -18,8 +18,8 @@ test samples the accuracy, the attention accuracy (argmax_t s_t = l) and the att
 (mean over samples of -sum_t a_t log a_t, in nats; log K for uniform attention). Adam is written
 out (torch.optim.Adam's update, betas (0.9, 0.999), eps 1e-8, no weight decay) on the closed-form
 gradients; tests/test_train.py binds it and GD to `train_transformer` (autograd) to 1e-10 in float64.
-`TrainSpec` names one training recipe; `lib.experiment.run(..., training=spec)` and the N* search
-and sweep (`lib.capacity`, `lib.sweep`) evaluate trained models with it, the spec being part of
+`TrainSpec` names one training recipe; `lib.experiments.experiment.run(..., training=spec)` and the N* search
+and sweep (`lib.experiments.capacity`, `lib.experiments.sweep`) evaluate trained models with it, the spec being part of
 the store key so that trained and three-step points never mix.
 """
 
@@ -33,17 +33,17 @@ import torch
 import torch.nn.functional as Fn
 from tqdm.auto import tqdm
 
-from .config import check_bool, check_choice, check_float, check_int
-from .counts import count_gradients
-from .embeddings import Problem
+from ..core.config import check_bool, check_choice, check_float, check_int
+from ..fast.counts import _count_gradients
+from ..core.embeddings import Problem
 from .evaluate import N_TEST
-from .memory import train_memory
-from .models import Params, check_params, zero_params
-from .optim import OPTIMIZERS, History, TrainConfig, fit
+from ..core.memory import train_memory
+from ..core.models import Params, check_params, hard_attention, readout_matrix, zero_params
+from ..core.optim import OPTIMIZERS, History, TrainConfig, fit
 from .schedule import three_steps
-from .steps import StepSizes, ThreeSteps
-from .task import Batch, check_batch, sample_batch
-from .tokens import chunk_size, chunks, forward_chunk
+from ..core.steps import StepSizes, ThreeSteps
+from ..core.task import Batch, check_batch, sample_batch
+from ..fast.tokens import chunk_size, chunks, forward_chunk
 
 __all__ = ["OPTIMIZERS", "History", "TrainConfig", "train_memory", "train_transformer", "gd_counts",
            "TrainSpec", "TrainRecord", "train", "train_with", "check_training", "attention_summary", "INITS"]
@@ -87,7 +87,7 @@ def train_transformer(problem: Problem, batch: Batch, cfg: TrainConfig = TrainCo
 
 def gd_counts(problem: Problem, batch: Batch, steps: int, lr: float, lr_KQ: float | None = None,
               init: Params | None = None, log_every: int = 1) -> tuple[Params, History]:
-    """Full-batch gradient descent with the closed-form count-route gradients (`lib.counts`):
+    """Full-batch gradient descent with the closed-form count-route gradients (`lib.fast.counts`):
     no autograd and no (N, L, d) tensor, so it runs at N = 10^6. `train` with optimizer "gd" and no
     test metrics, its record returned as the `History` of the autograd trainer (loss and training
     accuracy at each logged step, before that step's update, and the wall time)."""
@@ -142,13 +142,13 @@ def attention_summary(problem: Problem, params: Params, batch: Batch) -> dict:
     if params.hard:
         raise ValueError("params must use soft attention (hard=False) for an attention entropy")
     w = params.W_KQ @ problem.z_eos
-    readout = params.W_V.T @ problem.U.T
+    readout = readout_matrix(problem, params.W_V)
     hits = att = 0
     ent = 0.0
     for b in chunks(batch, chunk_size(problem)):
         f = forward_chunk(problem, params.W_V, w, b, False, readout)
         hits += int((f.logits.argmax(1) == b.labels).sum())
-        att += int((f.scores.argmax(1) == b.pos).sum())
+        att += int((hard_attention(f.scores) == b.pos).sum())
         logp = torch.log_softmax(f.scores, 1)
         ent += float(-(logp.exp() * logp).sum())
     return {"acc": hits / batch.N, "att_acc": att / batch.N, "entropy": ent / batch.N}
@@ -177,7 +177,7 @@ def train(problem: Problem, batch: Batch, *, optimizer: str = "adam", steps: int
           test_seed: int = 0, test_batch: Batch | None = None, progress: bool = False,
           betas: tuple = (0.9, 0.999), eps: float = 1e-8) -> tuple[Params, TrainRecord]:
     """Full-batch GD or Adam on the empirical cross-entropy of `batch`, with the closed-form
-    count-route gradients (`lib.counts.count_gradients`: token ids, no (N, L, d) tensor).
+    count-route gradients (`lib.fast.counts.count_gradients`: token ids, no (N, L, d) tensor).
 
     init: "zero", "three_steps" (finite mode, default step sizes, on this batch), a soft Params or a
     finite-mode ThreeSteps. Records every `record_every` steps and at the end (see `TrainRecord`);
@@ -211,7 +211,7 @@ def train(problem: Problem, batch: Batch, *, optimizer: str = "adam", steps: int
     t0 = time.perf_counter()
     bar = tqdm(range(steps + 1), disable=not progress, leave=False, desc=f"{optimizer} (count route)")
     for step in bar:
-        g = count_gradients(problem, Params(W[0], W[1]), batch)
+        g = _count_gradients(problem, Params(W[0], W[1]), batch)
         if not math.isfinite(g.loss):
             raise FloatingPointError(f"loss became {g.loss} at step {step}: lower lr (got lr={lr}, lr_KQ={lr_KQ})")
         if step % record_every == 0 or step == steps:
@@ -240,12 +240,12 @@ def train(problem: Problem, batch: Batch, *, optimizer: str = "adam", steps: int
 
 
 def check_training(training, mode: str) -> None:
-    """A training recipe for a trained N* (`lib.experiment.run`, the store key): a TrainSpec or None,
+    """A training recipe for a trained N* (`lib.experiments.experiment.run`, the store key): a TrainSpec or None,
     and only with the finite mode (soft attention is what gets trained)."""
     if training is None:
         return
     if not isinstance(training, TrainSpec):
-        raise ValueError(f"training must be a lib.trainer.TrainSpec or None, got {type(training).__name__}")
+        raise ValueError(f"training must be a lib.learning.trainer.TrainSpec or None, got {type(training).__name__}")
     if mode != "finite":
         raise ValueError(f"mode must be 'finite' with training (soft attention is trained), got {mode!r}")
 

@@ -14,10 +14,16 @@ import math
 
 import torch
 
-from .config import check_float
-from .embeddings import Problem
-from .models import Params
-from .task import Batch
+from ..core.config import check_float, check_int
+from ..core.embeddings import Problem
+from ..core.models import Params
+from ..core.task import Batch, check_ids
+
+
+def _length(batch) -> int:
+    """L as the batch's tokens have it (`check_ids` then checks everything else)."""
+    t = getattr(batch, "tokens", None)
+    return t.shape[1] if isinstance(t, torch.Tensor) and t.dim() == 2 else -1
 
 
 def hand_built(problem: Problem, beta: float = 50.0) -> Params:
@@ -37,8 +43,8 @@ def hand_built_predicted_accuracy(batch: Batch, V: int, beta: float) -> float:
     """Accuracy of `hand_built(problem, beta)` predicted by chapter 1's proposition for exactly
     orthogonal embeddings: a sample is right iff e^beta + c_{x_l} > max_{j != x_l} c_j, with c the
     token counts at the L - 1 uninformative positions (an equality is a tie, counted as wrong)."""
-    if not isinstance(batch, Batch):
-        raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
+    V = check_int("V", V, 1)
+    check_ids(batch, V, V, _length(batch))
     beta = check_float("beta", beta, 0.0, 1e12)
     tok = batch.tokens.to(torch.long, copy=True).scatter_(1, batch.pos[:, None], -1)      # drop the informative position (a copy)
     counts = torch.zeros(batch.N, V + 1, dtype=torch.float64, device=tok.device)
@@ -49,17 +55,17 @@ def hand_built_predicted_accuracy(batch: Batch, V: int, beta: float) -> float:
     return float((math.exp(beta) + own > rival).double().mean())
 
 
-def bayes_accuracy_unmarked(batch: Batch) -> float:
+def bayes_accuracy_unmarked(batch: Batch, V: int) -> float:
     """Accuracy of the best predictor that knows Pi* but cannot see the trigger.
 
     Without the marker the informative position is uniform among the L positions, so the posterior
     of the label puts mass c_j / L on Pi*(j) for each token j of the sequence; the Bayes rule picks a
     most frequent token and is right with probability (max_j c_j) / L. With the trigger visible the
-    label is a function of the input and the best accuracy is 1.
+    label is a function of the input and the best accuracy is 1. Token ids must lie in [0, V).
     """
-    if not isinstance(batch, Batch):
-        raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
+    V = check_int("V", V, 1)
+    check_ids(batch, V, V, _length(batch))
     tok = batch.tokens.long()
-    counts = torch.zeros(tok.shape[0], int(tok.max()) + 1, dtype=torch.long, device=tok.device)
+    counts = torch.zeros(tok.shape[0], V, dtype=torch.long, device=tok.device)
     counts.scatter_add_(1, tok, torch.ones_like(tok))
     return float((counts.max(1).values.double() / tok.shape[1]).mean())

@@ -15,7 +15,7 @@ limit mode   eta -> 0, gamma -> infinity: k is the eta -> 0 limit of -grad_{W_KQ
              V1 = G1, W1 = k q^T, V2 = G3, and the returned params are (G3, k q^T, hard=True).
 
 This module only defines the step sizes and the result; the routes that compute them
-(`lib.gradients`: direct, `lib.counts`: count tables) and the schedule (`lib.schedule`) sit above it.
+(`lib.gradients`: direct, `lib.fast.counts`: count tables) and the schedule (`lib.learning.schedule`) sit above it.
 """
 
 from __future__ import annotations

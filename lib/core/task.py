@@ -7,7 +7,7 @@ vocabulary, token ids V..V+V_noise-1, as in [NLB]); the label y = Pi*(x_l).
 The model sees token vectors h_t = e_{x_t} + 1[t = l] z_trig (keys) and value vectors v_t = h_t,
 or v_t = e_{x_t} when the trigger is kept out of the value path; with `eos_key` the query z_EOS is
 appended as an extra key/value at position L + 1. `keys_values` materialises these (N, L, d)
-tensors: it is the readable reference route. The fast route (`lib.counts`) never builds them.
+tensors: it is the readable reference route. The fast route (`lib.fast.counts`) never builds them.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from .seed import generator
 class Batch:
     """N samples of the task (token ids index rows of `Problem.E`)."""
 
-    tokens: torch.Tensor   # (N, L) int32 from sample_batch (any integer dtype accepted): ids in [0, V_in)
-    pos: torch.Tensor      # (N,) long: the informative position l in [0, L)
-    labels: torch.Tensor   # (N,) long: y = Pi*(x_l) in [0, V)
+    tokens: torch.Tensor   # (N, L) int32 from sample_batch (int64 accepted): ids in [0, V_in)
+    pos: torch.Tensor      # (N,) int64 (int32 accepted): the informative position l in [0, L)
+    labels: torch.Tensor   # (N,) int64 (int32 accepted): y = Pi*(x_l) in [0, V)
     _informative: torch.Tensor | None = field(default=None, repr=False)   # x_l, stored once
-    _index: object = field(default=None, init=False, repr=False, compare=False)   # lib.tokens.TokenIndex
+    _index: object = field(default=None, init=False, repr=False, compare=False)   # lib.fast.tokens.TokenIndex
 
     @property
     def N(self) -> int:
@@ -88,31 +88,50 @@ def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") 
 
 
 def check_batch(problem: Problem, batch: Batch) -> None:
-    """Raise a ValueError naming the field unless `batch` is a valid batch of `problem`'s task."""
+    """Raise a ValueError naming the field unless `batch` is a valid batch of `problem`'s task (on its
+    device): see `check_ids`. Every public entry that takes a batch calls it first."""
     check_problem(problem)
     cfg = problem.cfg
+    check_ids(batch, cfg.V_in, cfg.V, cfg.L, problem.E.device)
+
+
+def check_ids(batch: Batch, V_in: int, V: int, L: int, device: torch.device | None = None) -> None:
+    """Raise a ValueError naming the field unless the batch holds int32 or int64 ids (on `device`):
+    tokens (N, L) in [0, V_in), pos and labels (N,) in [0, L) and [0, V), informative tokens in [0, V)."""
     if not isinstance(batch, Batch):
         raise ValueError(f"batch must be a Batch (see lib.sample_batch), got {type(batch).__name__}")
-    if batch.tokens.ndim != 2 or batch.tokens.shape[1] != cfg.L:
-        raise ValueError(f"batch.tokens must have shape (N, L={cfg.L}), got {tuple(batch.tokens.shape)}")
-    if batch.N == 0:
-        raise ValueError("N must be a positive integer, got 0")
+    for name in ("tokens", "pos", "labels"):
+        t = getattr(batch, name)
+        if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"batch.{name} must be an int32 or int64 tensor, got "
+                             f"{getattr(t, 'dtype', type(t).__name__)}")
+        if device is not None and t.device.type != torch.device(device).type:
+            raise ValueError(f"batch.{name} is on {t.device}, the problem on {device}")
+    if batch.tokens.ndim != 2 or batch.tokens.shape[1] != L:
+        raise ValueError(f"batch.tokens must have shape (N, L={L}), got {tuple(batch.tokens.shape)}")
+    N = batch.N
+    if N == 0:
+        raise ValueError("N must be a positive integer, got 0 (batch.tokens has no rows)")
     lo, hi = torch.aminmax(batch.tokens)                          # one pass over the ids
-    if int(lo) < 0 or int(hi) >= cfg.V_in:
-        raise ValueError(f"batch.tokens must lie in [0, {cfg.V_in})")
-    for name, t, top in (("pos", batch.pos, cfg.L), ("labels", batch.labels, cfg.V)):
-        if t.shape != (batch.N,) or t.dtype.is_floating_point or t.dtype == torch.bool:
-            raise ValueError(f"batch.{name} must be an integer tensor of shape (N,) = ({batch.N},), got "
-                             f"{t.dtype} {tuple(t.shape)}")
+    if int(lo) < 0 or int(hi) >= V_in:
+        raise ValueError(f"batch.tokens must lie in [0, {V_in}), got values in [{int(lo)}, {int(hi)}]")
+    for name, top in (("pos", L), ("labels", V)):
+        t = getattr(batch, name)
+        if tuple(t.shape) != (N,):
+            raise ValueError(f"batch.{name} must have shape (N,) = ({N},), one entry per row of batch.tokens, "
+                             f"got {tuple(t.shape)}")
         lo, hi = torch.aminmax(t)
         if int(lo) < 0 or int(hi) >= top:
-            raise ValueError(f"batch.{name} must lie in [0, {top})")
-    if int(batch.informative.max()) >= cfg.V:
-        raise ValueError(f"the informative tokens (batch.tokens at batch.pos) must lie in [0, V={cfg.V})")
+            raise ValueError(f"batch.{name} must lie in [0, {top}), got values in [{int(lo)}, {int(hi)}]")
+    inf = batch.informative
+    if tuple(inf.shape) != (N,) or int(inf.min()) < 0 or int(inf.max()) >= V:
+        raise ValueError(f"the informative tokens (batch.tokens at batch.pos) must lie in [0, V={V})")
 
 
 def keys_values(problem: Problem, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Direct route: keys h (N, n_keys, d) and values v (N, n_keys, d) of every position."""
+    """Direct route: keys h (N, n_keys, d) and values v (N, n_keys, d) of every position (the batch is
+    checked first)."""
+    check_batch(problem, batch)
     cfg = problem.cfg
     h = problem.E[batch.tokens]                                   # (N, L, d)
     trig = torch.zeros(batch.tokens.shape, dtype=h.dtype, device=h.device)

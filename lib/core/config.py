@@ -2,7 +2,7 @@
 
 `TaskConfig` holds every switch of the book's notation table (chapter 1) and models (chapter 3):
 sizes (V, d, L, m), how embeddings are drawn, where the trigger goes, which model (a registered
-feature map, `lib.featuremaps`), activation and MLP input normalisation, and the numeric
+feature map, `lib.core.featuremaps`), activation and MLP input normalisation, and the numeric
 dtype/device. Every chapter builds one of these first.
 
 The small `check_*` helpers are the one place where arguments are validated, so that every public

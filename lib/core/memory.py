@@ -4,7 +4,7 @@ A memory stores n associations x -> Pi(x) in one d x d matrix W and recalls by
 argmax_k u_k^T W e_x. Two ways to write it:
   hebbian   W = sum_x u_{Pi x} e_x^T (one gradient step of the cross-entropy from W = 0, up to
             scale and a rank-one mean term, see chapter 2), and
-  trained   W minimising the cross-entropy over the n pairs (`train_memory`, the loop of `lib.optim`).
+  trained   W minimising the cross-entropy over the n pairs (`train_memory`, the loop of `lib.core.optim`).
 With orthogonal embeddings (n <= d) the Hebbian memory has no cross-talk; with random embeddings
 the cross-talk sum_{x' != x} (u_k^T u_{Pi x'}) (e_{x'}^T e_x) grows like sqrt(n)/d, which is what
 limits the capacity to about d^2 / log n.
@@ -22,6 +22,7 @@ from .embeddings import draw_vectors
 from .optim import History, TrainConfig, fit
 from .search import threshold_search
 from .seed import generator
+from .models import model_logits
 
 
 @dataclass
@@ -81,7 +82,7 @@ def train_memory(mem: Memory, cfg: TrainConfig = TrainConfig(), W0: torch.Tensor
                  ) -> tuple[torch.Tensor, History]:
     """Train a linear associative memory W (d, d) on all n pairs (x, Pi x) from W0 (default 0)."""
     if not isinstance(mem, Memory):
-        raise ValueError(f"mem must be a Memory (see lib.memory.make_memory), got {type(mem).__name__}")
+        raise ValueError(f"mem must be a Memory (see lib.core.memory.make_memory), got {type(mem).__name__}")
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     W = torch.zeros(mem.d, mem.d, dtype=mem.E.dtype, device=mem.E.device) if W0 is None else W0.detach().clone()
@@ -102,7 +103,7 @@ def train_memory(mem: Memory, cfg: TrainConfig = TrainConfig(), W0: torch.Tensor
 def _capacity(d: int, threshold: float, seeds: int, embedding: str, n_max: int | None, write,
               resolution: float) -> int:
     """Largest n whose memory W = write(mem) recalls >= threshold (mean over seeds): the one
-    monotone search of `lib.search` on "n associations are too many", to `resolution`."""
+    monotone search of `lib.core.search` on "n associations are too many", to `resolution`."""
     d, seeds = check_int("d", d, 1), check_int("seeds", seeds, 1)
     threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
     check_choice("embedding", embedding, EMBEDDINGS)
@@ -140,7 +141,7 @@ def population_recall(cfg, seed: int = 0) -> float:
     """Recall accuracy of the three steps' final memory in the limit of exact counts (every token
     informative N / V times) with oracle attention: G = (1/V) sum_j (u_{Pi j} - u_bar) phi(v_j)^T,
     v_j = e_j (+ z_trig with the trigger in the value path), accuracy over the V tokens of
-    argmax_k u_k^T G phi(v_x). The N -> infinity limit of G3 for any model of `lib.featuremaps`."""
+    argmax_k u_k^T G phi(v_x). The N -> infinity limit of G3 for any model of `lib.core.featuremaps`."""
     from .config import TaskConfig
     from .embeddings import make_problem
 
@@ -153,7 +154,7 @@ def population_recall(cfg, seed: int = 0) -> float:
     G = (problem.U_perm - problem.u_bar).T @ phi / V                     # (d, width)
     hits = 0
     for s in range(0, V, 2048):
-        logits = phi[s:s + 2048] @ G.T @ problem.U.T                     # (chunk, V)
+        logits = model_logits(problem, G, phi[s:s + 2048])              # (chunk, V)
         hits += int((logits.argmax(1) == problem.perm[s:s + 2048]).sum())
     return hits / V
 
@@ -161,7 +162,7 @@ def population_recall(cfg, seed: int = 0) -> float:
 def population_capacity(cfg, threshold: float = 0.99, seeds: int = 2, v_max: int = 2 ** 14,
                         resolution: float = 0.05) -> int:
     """Largest V whose `population_recall` (mean over seeds) is >= threshold, with every other field
-    of cfg fixed (V of cfg is ignored): doubling then bisection (`lib.search`); 0 if not even V = 2."""
+    of cfg fixed (V of cfg is ignored): doubling then bisection (`lib.core.search`); 0 if not even V = 2."""
     from .config import TaskConfig
 
     if not isinstance(cfg, TaskConfig):

@@ -1,4 +1,4 @@
-"""The crash-safe store of evaluated points behind `lib.capacity.nstar` and `lib.sweep`.
+"""The crash-safe store of evaluated points behind `lib.experiments.capacity.nstar` and `lib.experiments.sweep`.
 
 One record = one evaluated point (configuration, N) -> `RunResult`. That is the cache's unit: a
 killed N* search resumes at the N it had reached, and searches for different thresholds share
@@ -38,10 +38,10 @@ import os
 import warnings
 from dataclasses import asdict, fields
 
-from .config import TaskConfig, check_choice, check_int
+from ..core.config import TaskConfig, check_choice, check_int
 from .experiment import RunResult
-from .seed import get_draw
-from .steps import MODES, StepSizes
+from ..core.seed import get_draw
+from ..core.steps import MODES, StepSizes
 
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
 
@@ -58,14 +58,14 @@ def checksum(key: dict, result: dict) -> str:
 
 
 def library_version() -> str:
-    from . import __version__          # read at call time: the package sets it after its imports
+    from .. import __version__          # read at call time: the package sets it after its imports
     return __version__
 
 
 def point_prefix(cfg: TaskConfig, *, seeds: int, seed: int, mode: str, n_test: int,
                  step_sizes: StepSizes, training=None) -> dict:
     """Everything that fixes a point's numbers except N (and except the device). A training recipe
-    (`lib.trainer.TrainSpec`, chapter 10) adds a "training" entry; without one the key is unchanged,
+    (`lib.learning.trainer.TrainSpec`, chapter 10) adds a "training" entry; without one the key is unchanged,
     so three-step points keep their keys and trained points never share one with them."""
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
@@ -77,10 +77,10 @@ def point_prefix(cfg: TaskConfig, *, seeds: int, seed: int, mode: str, n_test: i
               "mode": mode, "n_test": check_int("n_test", n_test, 1),
               "step_sizes": asdict(step_sizes), "version": library_version()}
     if training is not None:
-        from .trainer import check_training     # trainer sits above the store in the module order
+        from ..learning.trainer import check_training     # trainer sits above the store in the module order
         check_training(training, mode)
         prefix["training"] = asdict(training)
-    if get_draw():                      # another draw (lib.seed.set_draw): other numbers, other key
+    if get_draw():                      # another draw (lib.core.seed.set_draw): other numbers, other key
         prefix["draw"] = get_draw()
     return prefix
 

@@ -1,11 +1,11 @@
 """The forward pass on token ids, chunk by chunk: shared by the count route, evaluation and trainer.
 
-Equal to `lib.models.forward` (tests/test_guards.py::test_both_forward_routes_equal_the_formulas), but it never builds an (N, L, d) tensor:
+Equal to `lib.core.models.forward` (tests/test_guards.py::test_both_forward_routes_equal_the_formulas), but it never builds an (N, L, d) tensor:
 
   scores  s_t = h_t^T w (w = W_KQ q) = (E w)[x_t] + 1[t = l] z_trig . w   a lookup in the table E w;
   values  o = sum_t a_t v_t = embedding_bag(x, E, weights a) + a_l [trigger in value] z_trig
           (+ a_EOS z_EOS with an EOS key);   hard attention reads one row of E;
-  logits  xi = U W_V phi(o), phi the model's feature map (`lib.featuremaps`).
+  logits  xi = U W_V phi(o), phi the model's feature map (`lib.core.featuremaps`).
 
 Write K = n_keys (L, or L + 1 with the EOS key). Memory stays O(chunk (L + V + width + d)).
 Every function here is differentiable in w and W_V, so the autograd trainer runs on it too.
@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as Fn
 
-from .embeddings import Problem
-from .task import Batch
+from ..core.embeddings import Problem
+from ..core.task import Batch
+from ..core.models import features, hard_attention, model_logits
 
 CHUNK_ELEMENTS = 2 ** 22   # elements of the largest per-chunk temporary (16 MiB in float32)
 
@@ -81,7 +82,7 @@ def pooled_values(problem: Problem, b: Batch, a: torch.Tensor | None = None) -> 
 def hard_values(problem: Problem, b: Batch, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Value at argmax_t of the scores (B, d), and the argmax position (B,) (L means EOS)."""
     cfg = problem.cfg
-    t = scores.argmax(1)
+    t = hard_attention(scores)
     tok = b.tokens.gather(1, t.clamp_max(cfg.L - 1)[:, None])[:, 0]
     o = problem.E[tok]
     if cfg.trigger_in_value:
@@ -119,15 +120,8 @@ def forward_chunk(problem: Problem, W_V: torch.Tensor, w: torch.Tensor, b: Batch
     else:
         a = torch.softmax(s, 1)
         o = pooled_values(problem, b, a)
-    phi = problem.features.phi(o, problem.F)
-    if readout is None:
-        readout = W_V.T @ problem.U.T
-    return ChunkForward(s, a, o, phi, phi @ readout)
-
-
-def logits_of(problem: Problem, W_V: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-    """xi = U W_V phi(o) for pooled vectors o (B, d): (B, V)."""
-    return problem.features.phi(o, problem.F) @ W_V.T @ problem.U.T
+    phi = features(problem, o)
+    return ChunkForward(s, a, o, phi, model_logits(problem, W_V, phi, readout))
 
 
 @dataclass

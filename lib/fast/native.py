@@ -1,9 +1,9 @@
-"""Fused CPU loops for the count routes, compiled with numba (`lib/_native_loops.py`), and optional.
+"""Fused CPU loops for the count routes, compiled with numba (`lib/fast/loops.py`, `lib/fast/table_loops.py`), and optional.
 
 Torch primitives make several passes over a batch's token ids or a chunk's logits where one loop
 would do: the limit mode's three passes are bincounts, bags and lookups (9x one bincount, measured
 in `bench/bench_three_steps.py`), and the logit-table step spends as long on its softmax rows and
-small (B, L) operations as on its bags. The loops here make each pass once, and `lib.counts` uses them
+small (B, L) operations as on its bags. The loops here make each pass once, and `lib.fast.counts` uses them
 when they load:
 
   pair_count    the limit mode's count table (pass 1)
@@ -14,10 +14,10 @@ when they load:
   softmax_rows  its error rows softmax(xi) - e_y with the loss, the hits and every per-sample sum
                 of both gradients (into `RowSums`, one accumulator per part)
   reverse_bag   its reverse bag P_j = sum over positions holding j of a err_n, through the batch's
-                `lib.tokens.TokenIndex`, a block of columns at a time
+                `lib.fast.tokens.TokenIndex`, a block of columns at a time
 
 The loops are numba functions (`@njit(parallel=True, cache=True)`): compiled on first use into
-lib/__pycache__ (or $NUMBA_CACHE_DIR), loaded from there by later processes; no C compiler is
+lib/fast/__pycache__ (or $NUMBA_CACHE_DIR), loaded from there by later processes; no C compiler is
 needed. `available()` says whether they loaded. Set RECALL_NATIVE=0 to turn them off (the torch
 route is then used everywhere, as it is on GPUs or for tokens that are not int32). Without numba,
 or if it fails to compile the loops, the routes take the torch route after one warning. The tests
@@ -35,11 +35,12 @@ from __future__ import annotations
 import os
 import warnings
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from .config import check_int
+from ..core.config import check_int
 
 PAIR_TABLE_ENTRIES = 2 ** 26   # pair_count's per-part int32 tables, all parts together (256 MiB)
 BLOCK = {torch.float32: 128, torch.float64: 64}   # the bags' column blocks (512 bytes)
@@ -48,6 +49,8 @@ BLOCK = {torch.float32: 128, torch.float64: 64}   # the bags' column blocks (512
 _INT = {np.float32: np.int32, np.float64: np.int64}
 EXP_FLOOR = {np.float32: (-80.0, -87.0), np.float64: (-700.0, -708.0)}
 
+LIMIT_LOOPS = ("pair_count", "beta_counts", "attend")                    # lib/fast/loops.py
+TABLE_LOOPS = ("attention", "forward_bag", "softmax_rows", "reverse_bag")  # lib/fast/table_loops.py
 _state: dict = {}
 
 
@@ -80,14 +83,16 @@ def _load():
         threads = torch.get_num_threads()
         try:
             import numba
-            from . import _native_loops as loops
+            from . import loops as limit_loops, table_loops
+            loops = SimpleNamespace(**{name: getattr(m, name) for m, names in
+                                       ((limit_loops, LIMIT_LOOPS), (table_loops, TABLE_LOOPS)) for name in names})
             _warm(loops)
             _state["numba"] = numba
             _state["max_threads"] = int(numba.config.NUMBA_NUM_THREADS)
         except Exception as err:                                      # no numba, a failing compile, ...: off
             _state["error"] = err
             loops = None
-            warnings.warn(f"lib.native: numba's fused loops are off ({type(err).__name__}: {err}); the count "
+            warnings.warn(f"lib.fast.native: numba's fused loops are off ({type(err).__name__}: {err}); the count "
                           "routes take the slower torch route (pip install numba==0.68.1 for the fused loops)",
                           RuntimeWarning, stacklevel=3)
         if torch.get_num_threads() != threads:     # numba's OpenMP pool, launched, set torch's count to
@@ -131,7 +136,7 @@ def ids_in_range(batch, V: int, V_in: int, L: int, tokens: bool = True) -> bool:
     """Whether the batch's ids lie where the loops index with them (they index without bounds checks:
     an id out of range must take the torch route, which reports it): positions in [0, L), labels and
     informative tokens in [0, V) and, with `tokens`, every token in [0, V_in) (one pass over the ids,
-    which `lib.task.check_batch` already made for batches that came through the public functions)."""
+    which `lib.core.task.check_batch` already made for batches that came through the public functions)."""
     def inside(t: torch.Tensor, top: int) -> bool:
         lo, hi = torch.aminmax(t)
         return int(lo) >= 0 and int(hi) < top
@@ -199,7 +204,7 @@ def _loops(parts: int):
     """The loops, with numba's thread count set for a call split into `parts` parts."""
     loops = _load()
     if loops is None:
-        raise RuntimeError(f"lib.native's loops are off (available() is False): {_state.get('error')!r}")
+        raise RuntimeError(f"lib.fast.native's loops are off (available() is False): {_state.get('error')!r}")
     _threads(parts)
     return loops
 
@@ -371,7 +376,7 @@ def reverse_bag(order: torch.Tensor, offsets: torch.Tensor, a: torch.Tensor, err
                 work: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """P (V_in, V) += the reverse bag of a chunk: row j gains sum over the chunk's positions n L + t
     holding token j of a[n, t] err[n], from the positions sorted by token (`order` (B L,) int32) and
-    each token's first place in it (`offsets` (V_in,) int32) of a `lib.tokens.TokenIndex`. `work`:
+    each token's first place in it (`offsets` (V_in,) int32) of a `lib.fast.tokens.TokenIndex`. `work`:
     int32 and float buffers of B L entries (`TokenIndex.work_buffers`). All contiguous (err's rows
     may be padded), on the CPU."""
     _check_ids("order", order, 1)

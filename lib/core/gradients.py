@@ -9,7 +9,7 @@ With p_n = softmax(xi_n) and g_n = U^T (p_n - e_{y_n}) (U stores the u_k as rows
 (With the trigger in the value path v_t = h_t, and v_t - o_n reads h_t - o_n.)
 At W_V = 0 the logits vanish, p_n is uniform, g_n = u-bar - u_{y_n} and r_n = 0, so grad_{W_KQ} = 0:
 the value matrix must move first. `autograd_gradients` is the independent reference (torch
-autograd through `lib.models.loss`) that the tests and chapter 3 compare the closed forms with.
+autograd through `lib.core.models.loss`) that the tests and chapter 3 compare the closed forms with.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 For each seed s in seed, seed + 1, ..., seed + seeds - 1 it draws the problem `make_problem(cfg, s)`,
 the training batch `sample_batch(problem, N, s)`, runs `three_steps` and evaluates on `n_test`
-fresh samples of split "test" of seed s. With `training=` a `lib.trainer.TrainSpec` (mode "finite"
-only) the model evaluated is the one `lib.trainer.train_with` reaches from the spec's start
+fresh samples of split "test" of seed s. With `training=` a `lib.learning.trainer.TrainSpec` (mode "finite"
+only) the model evaluated is the one `lib.learning.trainer.train_with` reaches from the spec's start
 (zero, or the finite-mode three steps) on the same batch: the trained N* of chapter 10. It returns the three accuracies' means over seeds, their
 spreads (population standard deviation over seeds), the per-seed values and the gamma_W used. The
-command line (`python -m lib train`) and the N* search (`lib.capacity`) both call it.
+command line (`python -m lib train`) and the N* search (`lib.experiments.capacity`) both call it.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from .config import TaskConfig, check_choice, check_int
-from .embeddings import make_problem
-from .evaluate import N_TEST, evaluate
-from .schedule import three_steps
-from .steps import MODES, StepSizes
-from .task import sample_batch
-from .trainer import TrainSpec, check_training, train_with
+from ..core.config import TaskConfig, check_choice, check_int
+from ..core.embeddings import make_problem
+from ..learning.evaluate import N_TEST, evaluate
+from ..learning.schedule import three_steps
+from ..core.steps import MODES, StepSizes
+from ..core.task import sample_batch
+from ..learning.trainer import TrainSpec, check_training, train_with
 
 METRICS = ("acc", "att_acc", "oracle_acc")
 

@@ -25,9 +25,9 @@ import math
 
 import torch
 
-from .tokens import chunk_size, chunks, position_scores
-from .embeddings import Problem, check_problem
-from .task import Batch, check_batch
+from ..fast.tokens import chunk_size, chunks, position_scores
+from ..core.embeddings import Problem, check_problem
+from ..core.task import Batch, check_batch
 
 
 def _check(problem: Problem, k: torch.Tensor) -> torch.Tensor:
@@ -159,16 +159,16 @@ def k_mean(problem: Problem, N: int) -> torch.Tensor:
 
     The pairs n != m of the double sum are independent samples and average to k_population; the N
     pairs n = m average to D = k_self_term."""
-    from .config import check_int
+    from ..core.config import check_int
     N = check_int("N", N, 1)
     return (1 - 1 / N) * k_population(problem) + k_self_term(problem) / N
 
 
 def attention_accuracy_at(cfg, N: int, seed: int = 0) -> float:
     """Exact attention accuracy after the three steps (limit mode) on N samples; problem and data from `seed`."""
-    from .embeddings import make_problem
-    from .schedule import three_steps
-    from .task import sample_batch
+    from ..core.embeddings import make_problem
+    from ..learning.schedule import three_steps
+    from ..core.task import sample_batch
     problem = make_problem(cfg, seed)
     res = three_steps(problem, sample_batch(problem, N, seed), mode="limit")
     return attention_accuracy(problem, res.k)
@@ -180,13 +180,13 @@ def attention_nstar(cfg, seed: int = 0, threshold: float = 0.99, n_min: int = 16
     points per doubling) with attention_accuracy_at >= threshold, by bisection (accuracy is taken to
     rise with N; it does up to seed noise). Returns inf when n_max does not reach the threshold.
     The problem is made once and the batch drawn once at n_max: batches are nested in N
-    (`lib.task.sample_batch`), so its first N samples are the batch `attention_accuracy_at` would draw."""
+    (`lib.core.task.sample_batch`), so its first N samples are the batch `attention_accuracy_at` would draw."""
     import numpy as np
 
-    from .config import check_int
-    from .embeddings import make_problem
-    from .schedule import three_steps
-    from .task import sample_batch
+    from ..core.config import check_int
+    from ..core.embeddings import make_problem
+    from ..learning.schedule import three_steps
+    from ..core.task import sample_batch
     n_min, n_max = check_int("n_min", n_min, 1), check_int("n_max", n_max, 1)
     points_per_octave = check_int("points_per_octave", points_per_octave, 1)
     if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
