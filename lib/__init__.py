@@ -34,7 +34,15 @@ it). Chapter in brackets.
     store          the append-only store of evaluated points (JSON lines, checksums)          [4-7]
     capacity       critical sample size N* on that store (resumable)                         [4-7]
     sweep          N* over grids of configurations: resumable, parallel, bootstrap N*        [7]
-  theory        closed-form predictions and fits                                             [2-9]
+  theory/       closed-form predictions and fits, one module per chapter (re-exported by lib.theory)
+    fits           power-law fits, a law's constant, Student-t intervals, parameter counts  [2, 3, 7+]
+    ch02_interference  inner-product moments, coherence, the Hebbian memory's capacity      [1-3]
+    ch04_value_step    step 1: the one-step memory's logit terms, bag accuracies, coverage  [4]
+    ch05_attention_step  step 2: the attention direction, its signal-to-noise ratio and N   [5]
+    ch06_refined_memory  step 3: the refined memory's moments, accuracy and N*             [6]
+    ch07_capacity      the capacity law N* ~ max(N_mem, N_att)                             [7]
+    ch08_kernels       Hermite coefficients, the MLP kernel, random-feature variances      [8]
+    ch08_mlp_memory    the MLP memory's signal and noise, predicted accuracy, width, N*     [8]
   analysis/     measurements that take a trained model apart
     construct      a transformer built by hand, Bayes accuracy                               [1]
     decompose      a one-step memory's logits split into named terms that add up exactly     [4, 6]
@@ -42,7 +50,11 @@ it). Chapter in brackets.
     margins        step 2: where the attention direction k points, whether it finds the trigger [5]
     mlp_budget     the one-step MLP memory's logits split into the error budget's terms      [8]
     lowerbound     counting and coverage bounds, first-gradient estimators, their heuristic N [9]
-  factual       factual recall (subjects, relations): task, one-layer models, training, capacity [11]
+  factual/      factual recall with subjects and relations (re-exported by lib.factual)     [11]
+    task           subjects, relations, the fact table, the sampler
+    models         FactTransformer (one layer, heads, MLP), LinearAttention, parameter counts
+    training       online Adam / SGD with logged metrics
+    capacity       the smallest model reaching a threshold, trained points in a FactStore
   plotting      figure helpers with the book's colours                                       [all]
   cli           `python -m lib train | nstar | sweep`
 

@@ -1,0 +1,22 @@
+"""Factual recall with subjects and relations (chapter 11), after Nichani, Lee and Bietti (ICLR 2025).
+
+One module per part of the task; every name is re-exported here, so `lib.factual.train` and
+`from lib.factual import X` work:
+  task      the task (their `FactRecall`): subjects, relations, the fact table, the sampler  [11]
+  models    the models: `FactTransformer` (one layer, H heads, MLP), `LinearAttention`;     [11]
+            `param_counts`
+  training  online Adam / SGD with logged metrics (`train`, `History`, `plateau`)          [11]
+  capacity  the smallest model reaching a threshold (`smallest_model`), trained points      [11]
+            kept in a `FactStore`
+Each imports only those above it in this list.
+"""
+
+from __future__ import annotations
+
+from ..core.task import SAMPLE_BLOCK            # re-exported: lib.factual.SAMPLE_BLOCK, as before
+from .task import (FactBatch, FactTask, TABLES, fact_table, relation_only, relation_only_scores, sample,
+                   zipf_weights)
+from .models import (EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, embeddings,
+                     param_counts)
+from .training import History, OPTIMIZERS, SCHEDULES, TrainConfig, metrics, plateau, train
+from .capacity import BLOCKS, FactStore, POINT_KEY, POINT_RESULT, block_config, smallest_model, trained_point

@@ -1,0 +1,38 @@
+"""Closed-form predictions and fits that the chapters compare with measurements.
+
+Everything here is the book's own derivation unless a docstring cites a paper. One module per chapter;
+every name is re-exported here, so `lib.theory.capacity_law` and `from lib.theory import X` work:
+  fits                 power-law fits, the constant of a law, Student-t intervals, parameter counts  [2, 3, 7+]
+  ch02_interference    inner-product moments, coherence, the Hebbian memory's moments and capacity  [1-3]
+  ch04_value_step      step 1: the one-step memory's logit terms, bag accuracies, coverage           [4]
+  ch05_attention_step  step 2: the attention direction, its signal-to-noise ratio and N             [5]
+  ch06_refined_memory  step 3: the refined memory's moments, accuracy and N*; orthogonal recall      [6]
+  ch07_capacity        the capacity law N* ~ max(N_mem, N_att) (from ch05 and ch06)                  [7]
+  ch08_kernels         Hermite coefficients, the MLP kernel, random-feature variances                [8]
+  ch08_mlp_memory      the MLP memory's signal and noise terms, predicted accuracy, capacity, width, N* [8]
+Within the package, ch07_capacity imports ch05_attention_step and ch06_refined_memory, and
+ch08_mlp_memory imports ch08_kernels; no module imports one that imports it back.
+"""
+
+from __future__ import annotations
+
+from .fits import (fit_constant, fit_power_law, fit_power_law_ci, fit_power_law_interval, geometric_interval,
+                   param_count, t_interval, t_quantile)
+from .ch02_interference import (capacity_from_constant, hebbian_conditional_moments,
+                                hebbian_predicted_accuracy, hebbian_predicted_capacity, hebbian_score_moments,
+                                inner_product_moments, predicted_coherence, trigger_bias_var)
+from .ch04_value_step import (coupon_collector, coverage_mean, coverage_var, step1_bag_accuracy,
+                              step1_bag_rule_accuracy, step1_signal_unit, step1_term_moments,
+                              step1_trigger_key)
+from .ch05_attention_step import (_normal_cdf, attention_snr, critical_snr, gaussian_attention_accuracy,
+                                  imbalance_noise, popularity_variance, population_min_d,
+                                  predicted_attention_nstar, self_term_noise_variance, softmax_focus,
+                                  trigger_score_scale, trigger_self_bias)
+from .ch06_refined_memory import (orthogonal_recall, refined_memory_accuracy, refined_memory_moments,
+                                  refined_memory_nstar)
+from .ch07_capacity import attention_nstar, capacity_law
+from .ch08_kernels import (hermite_coefficients, mlp_kernel, mlp_kernel_crosstalk, mlp_rf_common,
+                           mlp_rf_variance, shifted_kernel_coefficients, sphere_cosine_nodes)
+from .ch08_mlp_memory import (_gamma_nodes, coverage_nstar, mlp_noise_terms, mlp_predicted_accuracy,
+                              mlp_predicted_capacity, mlp_predicted_min_width, mlp_predicted_nstar,
+                              mlp_signal_parts, mlp_signal_quantiles, mlp_signal_variance, mlp_term_moments)

@@ -1,0 +1,140 @@
+"""Chapter 4 (the value step, step 1): the one-step memory's logit terms, the bag-of-tokens
+accuracies, the trigger's key, and coverage (coupon collector).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..core.config import check_int
+
+
+# ---- chapter 4: step 1
+#
+# The logits of the one-step memory V1 = eta G1 (uniform attention in the memory and in the test
+# sample, trigger in the value path, Gaussian N(0, I/d) embeddings, one shared vocabulary), split as
+# in `lib.analysis.decompose` (grouping "step1"). Moments are over everything random: embeddings, the training
+# batch and the test sample; "at" is the correct label y, "off" a wrong label k != y. The book's own
+# heuristic derivation (chapter 4): leading orders in 1/V, 1/d, 1/N, with every term kept that leads
+# in some regime. Units: the mean signal 1 / (V L^2).
+
+
+def step1_signal_unit(V: int, L: int) -> float:
+    """1 / (V L^2): the signal at the correct label, u_y^T G1 obar ~ (n_x/N)(1/L)(1/L)."""
+    return 1.0 / (check_int("V", V, 2) * check_int("L", L, 1) ** 2)
+
+
+def step1_term_moments(N: int, d: int, L: int, V: int) -> dict:
+    """Predicted mean and variance of each step-1 logit term, in units of 1/(V L^2).
+
+    Returns {term: {"mean_at", "var_at", "mean_off", "var_off"}} for the terms signal, crosstalk,
+    other_tokens, trigger, ubar, and trigger+ubar (their sum: the shared parts cancel). Symbols:
+    f = 1 + (V-1)/N = E[(V n_i/N)^2], q = 1 + 2/d = E|e|^4, cu = V^2 E[(u_k . u_bar)^2] = q + (V-1)/d,
+    cn = V^2 E[(u_k . u_n)^2] = f cu with u_n = sum_i (n_i/N) u_{Pi i}.
+    """
+    N, d, L, V = (check_int("N", N, 1), check_int("d", d, 1), check_int("L", L, 1), check_int("V", V, 2))
+    f = 1.0 + (V - 1) / N
+    q = 1.0 + 2.0 / d
+    cu = q + (V - 1) / d
+    cn = f * cu
+    out = {}
+    # signal: 1[k = y] (V n_x/N) |u_y|^2 |e_x|^2
+    out["signal"] = dict(mean_at=1.0, var_at=f * q * q - 1.0, mean_off=0.0, var_off=0.0)
+    # crosstalk: sum_{i} (V n_i/N) C_ki (e_i . e_x) off the matched path, plus the trigger's
+    # cross-talk A = V L (u_k . u_n)(z . o_tok) and B = V L z . w_k (memory tokens read by z)
+    x_at = (V - 1) * f / d ** 2
+    x_off = f * (2 * q / d + (V - 2) / d ** 2)
+    tc_a = (L / d) * cn * (1 + (L - 1) / V)
+    tc_b = cu * (f * (1 + (L * L - 1) / V) + V * (L - 1) / N) / d
+    tc_ab = f * L * L * cu / (V * d)
+    tc = tc_a + tc_b + 2 * tc_ab
+    out["crosstalk"] = dict(mean_at=0.0, var_at=x_at + tc, mean_off=0.0, var_off=x_off + tc)
+    # other tokens: test's other tokens read through the informative memory (L - 1 copies of a
+    # cross-talk sum, and a spike of size ~1 when Pi(x_t) = k) + the memory's other tokens
+    ot_mean = (L - 1) / V
+    ot_var = (L - 1) * (x_off + f * q * q / V) - ot_mean ** 2
+    om_mean = L * (L - 1) / V
+    om_var = ((L - 1) ** 2 * cn / V ** 2 * (L * L + L * (V + L) / d) - om_mean ** 2
+              + L * (L - 1) * (q + (V - 1) / d) * (q + V / d) / N)
+    # their covariance: both read the test's other tokens e_{x_t} with the weights (V n_i/N) C_ki
+    o_cov = (L - 1) ** 2 * f * (L / (V * d) + 1 / d ** 2)
+    o_var = ot_var + om_var + 2 * o_cov
+    out["other_tokens"] = dict(mean_at=ot_mean + om_mean, var_at=o_var,
+                               mean_off=ot_mean + om_mean, var_off=o_var)
+    # trigger: V |z|^2 (u_k . u_n)
+    tr_var = q * cn - 1.0
+    out["trigger"] = dict(mean_at=1.0, var_at=tr_var, mean_off=1.0, var_off=tr_var)
+    # -u_bar part: -V L^2 (u_k . u_bar)(obar . o),  obar . o ~ 1/L^2 + 1/V + fluctuations
+    m_oo = 1 + L * L / V                                   # L^2 E[obar . o]
+    v_oo = 2 / d + L * (1 + (L - 1) / V) / d + L * L / (V * d) + L ** 3 / (V * d)   # L^4 Var
+    ub_var = cu * (m_oo ** 2 + v_oo) - m_oo ** 2
+    out["ubar"] = dict(mean_at=-m_oo, var_at=ub_var, mean_off=-m_oo, var_off=ub_var)
+    # trigger + ubar = V |z|^2 u_k . (u_n - u_bar) - V L^2 (u_k . u_bar)(obar . o - |z|^2/L^2): the
+    # |z|^2 parts cancel up to the label-frequency fluctuation n_i/N - 1/V
+    sh_var = q * (V - 1) * cu / N + cu * (L ** 4 / V ** 2 + v_oo - 2 / d) - L ** 4 / V ** 2
+    out["trigger+ubar"] = dict(mean_at=-L * L / V, var_at=sh_var, mean_off=-L * L / V, var_off=sh_var)
+    return out
+
+
+def step1_bag_accuracy(L: int, V: int) -> float:
+    """Accuracy of the model after step 1 alone, to first order in L^2/V (orthogonal embeddings,
+    N -> infinity). Its logits rank the labels Pi(j) by the count c_j of token j in the sequence
+    (chapter 4), so it predicts the sequence's most repeated token: with all L tokens distinct the
+    informative one wins with probability 1/L; it wins outright when it appears again (probability
+    about (L-1)/V) and loses when another token repeats (about (L-1)(L-2)/(2V)):
+        acc1 = (1/L)(1 - L(L-1)/(2V)) + (L-1)/V.
+    """
+    L, V = check_int("L", L, 1), check_int("V", V, 2)
+    return (1 - L * (L - 1) / (2 * V)) / L + (L - 1) / V
+
+
+def step1_bag_rule_accuracy(L: int, V: int, samples: int = 100_000, seed: int = 0) -> float:
+    """The bag-of-tokens rule of `step1_bag_accuracy` without its expansion: Monte Carlo over `samples`
+    sequences of L i.i.d. uniform tokens of the probability that the informative one (position 0, by
+    exchangeability) is the sequence's most frequent token, ties broken uniformly. Exact up to
+    sampling error (standard deviation <= 0.5 / sqrt(samples)) at every L."""
+    import torch
+    from ..core.seed import generator
+    L, V = check_int("L", L, 1), check_int("V", V, 2)
+    n = check_int("samples", samples, 1)
+    seq = torch.randint(V, (n, L), generator=generator(check_int("seed", seed, 0), "bag-rule", L, V))
+    counts = torch.zeros(n, V, dtype=torch.int32).scatter_add_(1, seq, torch.ones(n, L, dtype=torch.int32))
+    mx = counts.max(1).values
+    c_inf = counts.gather(1, seq[:, :1])[:, 0]
+    return float(((c_inf == mx).double() / (counts == mx[:, None]).sum(1)).mean())
+
+
+def step1_trigger_key(L: int, V: int, z2: float = 1.0, N: int | None = None) -> float:
+    """Leading order of z_trig . k (the step-2 direction's trigger component) from the signal term:
+    |z|^2 f (1 - 1/L)(1 - 1/V) / (V L^2), with f = 1 + (V - 1)/N the self-count factor (each sample's
+    informative token is counted in its own n_{x*}, so the sample average of n_{x*}/N is f/V in
+    expectation); N=None gives the N -> infinity limit f = 1. Only the signal term contributes at this
+    order (chapter 4)."""
+    L, V = check_int("L", L, 1), check_int("V", V, 2)
+    if not (z2 > 0 and math.isfinite(z2)):
+        raise ValueError(f"z2 must be a positive finite number, got {z2!r}")
+    f = 1.0 if N is None else 1.0 + (V - 1) / check_int("N", N, 1)
+    return z2 * f * (1 - 1 / L) * (1 - 1 / V) / (V * L * L)
+
+
+def coverage_mean(N: int, V: int) -> float:
+    """Expected number of the V tokens seen at least once as informative in N samples:
+    V (1 - (1 - 1/V)^N)."""
+    N, V = check_int("N", N, 0), check_int("V", V, 1)
+    return V * (1 - (1 - 1 / V) ** N)
+
+
+def coverage_var(N: int, V: int) -> float:
+    """Variance of that number: V p1 (1 - p1) + V (V - 1) ((1 - 2/V)^N - p1^2), p1 = (1 - 1/V)^N."""
+    N, V = check_int("N", N, 0), check_int("V", V, 1)
+    p1, p2 = (1 - 1 / V) ** N, (1 - 2 / V) ** N
+    return max(V * p1 * (1 - p1) + V * (V - 1) * (p2 - p1 * p1), 0.0)
+
+
+def coupon_collector(V: int) -> tuple[float, float]:
+    """Mean and standard deviation of the number of samples until every token has been the
+    informative one at least once: V H_V ~ V (log V + 0.577) and sqrt(V^2 sum 1/i^2 - V H_V)."""
+    V = check_int("V", V, 1)
+    H = sum(1.0 / i for i in range(1, V + 1))
+    H2 = sum(1.0 / (i * i) for i in range(1, V + 1))
+    return V * H, math.sqrt(max(V * V * H2 - V * H, 0.0))

@@ -1,0 +1,62 @@
+"""Chapter 7 (capacity): the book's capacity law N* ~ max(N_mem, N_att), assembled from chapters 5
+and 6. The fits with intervals the chapter reports are in `lib.theory.fits`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from ..core.config import check_int
+from .ch05_attention_step import critical_snr, imbalance_noise, trigger_self_bias
+from .ch06_refined_memory import _check_s2, refined_memory_nstar
+
+
+# ---- chapter 7: the capacity law (the fits with intervals are in fits.py)
+#
+# The book's own law (chapter 7), assembled from the conditions of chapters 2, 4, 5 and 6: the final
+# N* is the larger of what the memory needs (chapter 6: coverage, count fluctuations, mean bias;
+# infinite past chapter 2's capacity wall) and what attention needs (chapter 5's signal-to-noise ratio
+# r(N) = 1 / sqrt(1/d + c B / (N + beta)^2), with one measured noise constant c).
+
+
+@functools.lru_cache(maxsize=None)
+def _critical_snr_cached(L: int, threshold: float) -> float:
+    return critical_snr(L, threshold)
+
+
+@functools.lru_cache(maxsize=None)
+def _memory_nstar_cached(V: int, d: int, s2: float, threshold: float):
+    return refined_memory_nstar(V, d, s2, threshold)
+
+
+def attention_nstar(V: int, d: int, L: int, threshold: float = 0.99, c_noise: float = 1.0) -> float:
+    """Smallest N with 1 / sqrt(1/d + c_noise B / (N + beta)^2) >= r*(L) (chapter 5's `attention_snr`
+    with its noise B scaled by c_noise, the one constant chapter 7 measures):
+    N_att = sqrt(c_noise B / (1/r*^2 - 1/d)) - beta, at least 1; inf when d <= r*(L)^2 (attention
+    fails even at N = infinity). B = imbalance_noise, beta = trigger_self_bias."""
+    V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
+    from ..core.config import check_float
+    c_noise = check_float("c_noise", c_noise, 0.0, strict_min=True)
+    rs = _critical_snr_cached(L, float(threshold))
+    room = 1.0 / rs ** 2 - 1.0 / d
+    if room <= 0:
+        return math.inf
+    return max(math.sqrt(c_noise * imbalance_noise(V, d, L) / room) - trigger_self_bias(V, d, L), 1.0)
+
+
+def capacity_law(V: int, d: int, L: int, s2: float = 0.0, threshold: float = 0.99,
+                 c_noise: float = 1.0) -> dict:
+    """The book's capacity law (chapter 7): N* ~ max(N_mem, N_att).
+
+    N_mem = refined_memory_nstar(V, d, s2, threshold) (chapter 6; None -> inf: V is past the memory
+    wall of dimension d, or the trigger's plateau is below the threshold), N_att = attention_nstar.
+    Returns {"mem", "att", "law", "bottleneck"} with bottleneck "memory", "attention" or "none"
+    (both finite requirements absent: no N reaches the threshold)."""
+    V, d = check_int("V", V, 2), check_int("d", d, 1)
+    n_mem = _memory_nstar_cached(V, d, _check_s2(s2), float(threshold))
+    n_mem = math.inf if n_mem is None else float(n_mem)
+    n_att = attention_nstar(V, d, L, threshold, c_noise)
+    law = max(n_mem, n_att)
+    neck = "none" if math.isinf(law) else ("attention" if n_att > n_mem else "memory")
+    return {"mem": n_mem, "att": n_att, "law": law, "bottleneck": neck}
