@@ -2,20 +2,27 @@
 loop by loop, through lib.three_steps (limit and finite mode) and through one training step (both
 gradients at soft attention, as each step of lib.train), in one run on one problem and batch.
 
-  numba : lib.fast.native as it is (numba, `lib/fast/loops.py`);
+  numba : lib.fast.native as it is (numba, `lib/fast/loops.py`): the limit mode's three passes;
   C     : lib/native.py and lib/native.c of the commit before the numba port (C_COMMIT), taken from
           git (`git show`) into a temporary folder, compiled there with gcc (-O3 -march=native
-          -ffast-math -fopenmp, as they were) and loaded as a second module, `c_native`;
+          -ffast-math -fopenmp, as they were) and loaded as a second module, `c_native`, whose three
+          limit-mode loops replace numba's;
   torch : the same operations on torch primitives (per loop: `TorchLoops` below, the formulas the
-          tests bind the loops to; for three_steps: the library's own torch route, lib.fast.native.disabled()).
+          tests bind the loops to; otherwise the library's own torch route, lib.fast.native.disabled()).
+
+The logit-table step (the finite mode's steps 2 and 3, a training step) runs on torch primitives in
+every column: its fused loops, in C and then in numba, were removed after this benchmark measured the
+torch route as fast or faster (V = 512, d = 128, L = 32, N = 2^18, one thread: finite mode numba 4.07 s,
+C 8.10 s, torch 3.10 s; one training step 1.98 s, 4.39 s, 1.82 s; V = 256, d = 128, L = 16, N = 2^17:
+training step 0.57 s, 0.83 s, 0.39 s).
 
 Per loop, the calls that one limit-mode and one finite-mode three_steps make (recorded with their
-arguments, N samples in the route's chunks) are replayed with each implementation: the time is the
-median over --repeat replays of the whole set. three_steps: the median of --repeat runs, the route's
-`lib.fast.counts.native` swapped for the C module for the C column. The three implementations are timed in
-turn, repeat after repeat (each warmed once first), so that a busy spell of the machine hits all alike.
+arguments) are replayed with each implementation: the time is the median over --repeat replays of
+the whole set. The routes: the median of --repeat runs, `lib.fast.limit.native` swapped for the C
+module for the C column. The three implementations are timed in turn, repeat after repeat (each
+warmed once first), so that a busy spell of the machine hits all alike.
 Usage (one thread, as the defaults print): OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python bench/bench_native.py
-        [--V 512] [--d 128] [--L 32] [--N 262144] [--dtype float32] [--repeat 3]
+        [--V 512] [--d 128] [--L 32] [--N 262144] [--dtype float32] [--repeat 3] [--threads 1]
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from lib.fast import native
 from primitives import timed
 
 C_COMMIT = "156e628"          # the last commit with lib/native.c
-LOOPS = ("pair_count", "beta_counts", "attend", "attention", "forward_bag", "softmax_rows", "reverse_bag")
+LOOPS = ("pair_count", "beta_counts", "attend")
 STEPS = dict(eta=0.01, gamma_W=1e8, gamma_V=1e3)
 
 
@@ -91,61 +98,6 @@ class TorchLoops:
             group = torch.where(s_eos > best, S.numel() + 1, group)
         return informative + group * V
 
-    @staticmethod
-    def attention(tokens, pos, S, bonus, s_eos, split, a_bag, a_l, a_eos, rest):
-        B, L = tokens.shape
-        sc = S[tokens]
-        rows = torch.arange(B)
-        sc[rows, pos] += bonus
-        if s_eos is not None:
-            sc = torch.cat([sc, torch.full((B, 1), s_eos, dtype=sc.dtype)], 1)
-        a = torch.softmax(sc, 1)
-        a_l.copy_(a[rows, pos])
-        if a_eos is not None:
-            a_eos.copy_(a[:, L])
-        a_bag.copy_(a[:, :L])
-        a_bag[rows, pos] = 0
-        rest.copy_(a_bag.sum(1) + (a[:, L] if a_eos is not None else 0))
-        if not split:
-            a_bag[rows, pos] = a_l
-
-    @staticmethod
-    def forward_bag(tokens, a, table, out):
-        return out.copy_(Fn.embedding_bag(tokens, table, mode="sum", per_sample_weights=a))
-
-    @staticmethod
-    def softmax_rows(xi_rest, table, informative, a_l, xi_z, split, tiv, a_eos, xi_q, labels, err, acc, tokens=None,
-                     a_bag=None, rest=None):
-        ce = a_eos if a_eos is not None else torch.zeros_like(a_l)
-        Tl = table[informative]
-        xi = xi_rest + split * a_l[:, None] * Tl + tiv * a_l[:, None] * xi_z + ce[:, None] * xi_q
-        rows = torch.arange(len(labels))
-        e = torch.softmax(xi, 1)
-        e[rows, labels] -= 1
-        err.copy_(e)
-        acc.stats[0, 0] += float(Fn.cross_entropy(xi, labels, reduction="sum"))
-        acc.stats[0, 1] += float((xi.argmax(1) == labels).sum())
-        if acc.sums is not None:
-            acc.sums[0, :xi.shape[1]] += (tiv * a_l @ e).double()
-            acc.sums[0, xi.shape[1]:2 * xi.shape[1]] += (ce @ e).double()
-        if acc.ds is not None:
-            r_rest = (e * (xi_rest + ce[:, None] * xi_q)).sum(1)
-            r_l = (e * (Tl + tiv * xi_z)).sum(1)
-            beta = r_rest + a_l * r_l
-            ds_l = a_l * (rest * r_l - r_rest)
-            ds = acc.ds[0]
-            ds.index_add_(0, informative, ds_l.double())
-            ds.index_add_(0, tokens.reshape(-1).long(), -(a_bag * beta[:, None]).reshape(-1).double())
-            ds[acc.V_in] += ds_l.sum()
-            ds[acc.V_in + 1] += (ce * (e @ xi_q - beta)).sum()
-
-    @staticmethod
-    def reverse_bag(order, offsets, a, err, P, work):
-        L = a.shape[1]
-        o = order.long()
-        w = a.reshape(-1)[o]
-        return P.add_(Fn.embedding_bag(o // L, err, offsets.long(), mode="sum", per_sample_weights=w))
-
 
 class Recorder(types.ModuleType):
     """lib.fast.native with its loops' calls recorded (arguments as they were passed)."""
@@ -164,7 +116,7 @@ class Recorder(types.ModuleType):
         return value
 
 
-ROUTE_MODULES = (lib.fast.counts, lib.fast.limit)   # the modules that call the loops (as `native`)
+ROUTE_MODULES = (lib.fast.limit,)   # the module that calls the loops (as `native`)
 
 
 @contextmanager

@@ -12,8 +12,6 @@ measured in the same run, and a long Adam run.
              GEMMs per sample), the route chapter 10 was first written on;
   primitives: one pass of each torch primitive of the table route (bench/primitives.py), the most
              this route can gain without a fused kernel.
-  native   : the count step runs on lib.fast.native's fused numba loops when they load (the default), and is
-             timed again on torch primitives only (lib.fast.native.disabled()).
 The parameters are the finite-mode three-step solution (a generic point, not zero). Prints the
 times, the ratios count / floor and autograd / count, the peak resident memory of this process
 after the count-route steps (before autograd has run: the batch plus the count route's chunk
@@ -38,11 +36,6 @@ from lib.fast.tokens import token_index
 from lib.learning.trainer import TrainConfig, train, train_transformer
 
 from primitives import median_time, table_step_floor
-
-
-def _torch_only(fn):
-    with lib.fast.native.disabled():
-        return fn()
 
 
 def peak_mib() -> float:
@@ -79,33 +72,28 @@ def main() -> None:
     token_index(problem, fresh, table_chunk_size(problem))
     t_index = time.perf_counter() - t
     del fresh
-    print(f"lib.fast.native (fused numba loops): {'on' if lib.fast.native.available() else 'OFF (no numba, or RECALL_NATIVE=0)'}",
-          flush=True)
     count_gradients(problem, start, batch)                        # warm-up (and the peak of the count route)
     peak_count = peak_mib()
-    # count, count on torch primitives and autograd timed in interleaved rounds, so that a drift of
-    # the machine's speed (a shared host) reaches all three alike; medians of each
+    # count and autograd timed in interleaved rounds, so that a drift of the machine's speed (a shared
+    # host) reaches both alike; medians of each
     steps = {"count": lambda: count_gradients(problem, start, batch)}   # the update itself is O(d^2)
-    steps["torch"] = lambda: _torch_only(lambda: count_gradients(problem, start, batch))
     if a.autograd:
         warm = lib.sample_batch(problem, 2048, 1)        # autograd's one-time start-up cost is not a step
         train_transformer(problem, warm, TrainConfig(steps=0, lr=a.lr, optimizer="adam"), init=start)
         steps["autograd"] = lambda: train_transformer(problem, batch, TrainConfig(steps=0, lr=a.lr, optimizer="adam"),
                                                       init=start)
-    rounds = {"count": a.repeat, "torch": a.repeat, "autograd": a.autograd}
+    rounds = {"count": a.repeat, "autograd": a.autograd}
     times = {k: [] for k in steps}
     for r in range(max(a.repeat, a.autograd)):
         for k, fn in steps.items():
             if r < rounds[k]:
                 times[k].append(median_time(fn, 1))
-    count, count_torch = statistics.median(times["count"]), statistics.median(times["torch"])
+    count = statistics.median(times["count"])
     print(f"floor    torch.bincount over {ids.numel()} ids: {floor:.4f} s", flush=True)
-    print(f"count    one full-batch gradient (median of {a.repeat}, rounds interleaved with the torch-only and "
+    print(f"count    one full-batch gradient (median of {a.repeat}, rounds interleaved with the "
           f"autograd steps): {count:.3f} s  = {count / floor:.0f} x floor", flush=True)
     print(f"         (route: {'logit tables' if lib.fast.counts.uses_tables(problem, start) else 'features'}; "
           f"its batch index, built once before the steps: {t_index:.3f} s)", flush=True)
-    print(f"         the same route on torch primitives only (lib.fast.native off): {count_torch:.3f} s "
-          f"= {count_torch / count:.2f} x the step with the numba loops", flush=True)
     print(f"peak RSS after the count-route steps: {peak_count:.0f} MiB (before them: {before:.0f} MiB)", flush=True)
     feat = median_time(lambda: count_gradients(problem, start, batch, tables=False), a.repeat)
     print(f"features one gradient on the feature route (median of {a.repeat}): {feat:.3f} s "
@@ -117,8 +105,8 @@ def main() -> None:
         auto = statistics.median(times["autograd"])
         print(f"autograd one full-batch step (chunk 8192, median of {a.autograd}, interleaved with the count steps): "
               f"{auto:.3f} s  "
-              f"= {auto / count:.1f} x the count-route step ({auto / count_torch:.1f} x on torch primitives only; "
-              f"{auto / prim['sum']:.1f} x the primitives' sum, the most a route without fused kernels could reach)",
+              f"= {auto / count:.1f} x the count-route step ({auto / prim['sum']:.1f} x the primitives' sum, "
+              f"the most a route without fused kernels could reach)",
               flush=True)
         print(f"peak RSS after autograd: {peak_mib():.0f} MiB", flush=True)
     if a.long:

@@ -18,9 +18,8 @@ it). Chapter in brackets.
     gradients      closed-form gradients on the direct route, and the autograd reference     [3]
     steps          StepSizes and ThreeSteps: what the three steps are                        [4-6]
   fast/         the same computations on token ids, never an (N, L, d) tensor
-    loops          numba loops: shared pieces and the limit mode's three passes (imported by native only)
-    table_loops    numba loops of the logit-table step (attention, bags, softmax rows)       [7, 10]
-    native         the fused CPU loops, validated and optional (without numba: the torch route) [7, 10]
+    loops          numba loops of the limit mode's three passes (imported by native only)  [4-7]
+    native         the fused CPU loops, validated and optional (without numba: the torch route) [4-7]
     tokens         the forward pass on token ids, chunked; TokenIndex (the batch inverted)   [3-7]
     counts         closed-form gradients on token ids (feature and logit-table routes)       [4-7, 10]
     limit          the count-table limit and finite modes of the attention-only model        [4-7]

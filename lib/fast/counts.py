@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as Fn
 
-from . import native
 from ..core.embeddings import Problem
 from ..core.gradients import Gradients, output_error
 from ..core.models import Params, check_params, model_logits, readout_matrix
@@ -207,8 +206,8 @@ def _table_gradients(problem: Problem, params: Params, batch: Batch, need_V: boo
     - err_n . xi_rest,n), 1 - a_{n,l} summed from the other keys' weights: no difference of two
     logit-sized numbers, so it keeps its digits in float32 when attention sits on the trigger (the
     feature route and autograd form r . v_l - beta and lose them; tests/test_count_gradients.py).
-    The chunk loop runs on lib.fast.native's fused numba loops when they load (`_table_sums_native`), else on
-    torch primitives (`_table_sums_torch`); the two agree to rounding (tests/test_native.py)."""
+    The chunk loop (`_table_sums`) runs on torch primitives: fused numba loops for it were no faster
+    (bench/bench_native.py)."""
     cfg = problem.cfg
     E, U, z, q = problem.E, problem.U, problem.z_trig, problem.z_eos
     N = batch.N
@@ -217,13 +216,7 @@ def _table_gradients(problem: Problem, params: Params, batch: Batch, need_V: boo
     w = params.W_KQ @ q
     M = U @ params.W_V                                                 # (V, d)
     T = E @ M.T                                                        # (V_in, V)
-    if native_applies(problem, batch) and all(bool(torch.isfinite(t).all()) for t in (T, w, M)):   # finite tables
-        sums = _table_sums_native(problem, batch, w, M, T, need_V, need_W)
-        if not math.isfinite(sums.loss):                               # they assume finite logits:
-            with native.disabled():                                    # torch's route says what these give
-                return _table_gradients(problem, params, batch, need_V, need_W)
-    else:
-        sums = _table_sums_torch(problem, batch, w, M, T, need_V, need_W)
+    sums = _table_sums(problem, batch, w, M, T, need_V, need_W)
     if need_V:
         grad_V = U.T @ (sums.P.T @ E + tiv * torch.outer(sums.err_trig, z) + torch.outer(sums.err_eos, q)) / N
     else:
@@ -254,48 +247,8 @@ class TableSums:
     ds_eos: torch.Tensor | float
 
 
-def _table_sums_native(problem: Problem, batch: Batch, w, M, T, need_V: bool, need_W: bool) -> TableSums:
-    """The chunk loop of `table_gradients` on lib.fast.native's loops: per chunk, the attention weights, the
-    forward bag, the softmax rows (with the per-sample sums of the attention gradient) and the reverse
-    bags, five calls and no (B, V) torch operation."""
-    cfg = problem.cfg
-    E, z, q = problem.E, problem.z_trig, problem.z_eos
-    dt, L, N, V = E.dtype, cfg.L, batch.N, cfg.V
-    tiv = float(cfg.trigger_in_value)
-    size = table_chunk_size(problem)
-    index = token_index(problem, batch, size)
-    B = min(size, N)
-    S, bonus = E @ w, float(z @ w)                                     # the token scores, once
-    s_eos = float(q @ w) if cfg.eos_key else None
-    xi_z, xi_q = (M @ z).contiguous(), (M @ q).contiguous()
-    T_rows, err_buf = native.padded(cfg.V_in, V, dt).copy_(T), native.padded(B, V, dt)   # rows off 4 KiB strides
-    xi_buf = torch.empty(B, V, dtype=dt)
-    a_bag, a_l, rest = torch.empty(B, L, dtype=dt), torch.empty(B, dtype=dt), torch.empty(B, dtype=dt)
-    a_eos = torch.empty(B, dtype=dt) if cfg.eos_key else None
-    P = torch.zeros(cfg.V_in, V, dtype=dt)                             # every position but l, if need_W
-    Q = torch.zeros(cfg.V_in, V, dtype=dt) if need_W and need_V else None
-    acc = native.RowSums(V, cfg.V_in, sums=need_V, ds=need_W, dtype=dt)
-    work = index.work_buffers(B * L, dt)
-    for c, (start, b) in enumerate(zip(range(0, N, size), chunks(batch, size, widen=False))):
-        n = b.N
-        native.attention(b.tokens, b.pos, S, bonus, s_eos, need_W, a_bag[:n], a_l[:n],
-                         None if a_eos is None else a_eos[:n], rest[:n])
-        xi = native.forward_bag(b.tokens, a_bag[:n], T_rows, xi_buf[:n])
-        err = err_buf[:n]
-        native.softmax_rows(xi, T_rows, b.informative, a_l[:n], xi_z, need_W, tiv, None if a_eos is None else a_eos[:n],
-                            xi_q, b.labels, err, acc, b.tokens, a_bag[:n], rest[:n])
-        native.reverse_bag(index.order[start * L:(start + n) * L], index.offsets[c], a_bag[:n], err, P, work)
-        if Q is not None:                                              # sum_n a_{n,l} e_{x*_n} err_n^T
-            native.reverse_bag(index.inf_order[start:start + n], index.inf_offsets[c], a_l[:n, None], err, Q, work)
-    loss, correct, sums, ds = acc.totals()
-    return TableSums(loss, correct, None if not need_V else (P + Q if Q is not None else P), P if need_W else None,
-                     None if sums is None else sums[0].to(dt), None if sums is None else sums[1].to(dt),
-                     None if ds is None else ds[:cfg.V_in].to(dt), float(ds[cfg.V_in]) if need_W else 0.0,
-                     float(ds[cfg.V_in + 1]) if need_W else 0.0)
-
-
-def _table_sums_torch(problem: Problem, batch: Batch, w, M, T, need_V: bool, need_W: bool) -> TableSums:
-    """The chunk loop of `table_gradients` on torch primitives (GPUs, no numba, int64 ids)."""
+def _table_sums(problem: Problem, batch: Batch, w, M, T, need_V: bool, need_W: bool) -> TableSums:
+    """The chunk loop of `table_gradients`, on torch primitives."""
     cfg = problem.cfg
     E, z, q = problem.E, problem.z_trig, problem.z_eos
     dt, dev = E.dtype, E.device
@@ -363,11 +316,3 @@ def _table_sums_torch(problem: Problem, batch: Batch, w, M, T, need_V: bool, nee
             err_eos += a[:, L] @ err
     return TableSums(float(loss), correct, None if not need_V else (P + Q if Q is not None else P),
                      P if need_W else None, err_trig, err_eos, ds_tokens, ds_trig, ds_eos)
-
-def native_applies(problem: Problem, batch: Batch, check_tokens: bool = True) -> bool:
-    """Whether lib.fast.native's loops may run on this batch: they load, the ids are int32 on the CPU with
-    the problem, and every id lies where the loops index with it (the tokens themselves are checked
-    unless `check_tokens` is False, for callers behind `check_batch`, which made that pass already)."""
-    cfg = problem.cfg
-    return (native.usable(batch.tokens, problem.E)
-            and native.ids_in_range(batch, cfg.V, cfg.V_in, cfg.L, tokens=check_tokens))

@@ -16,7 +16,7 @@ from ..core.embeddings import Problem
 from ..core.models import Params, hard_attention
 from ..core.steps import normalised_gamma_W
 from ..core.task import Batch, check_batch
-from .counts import _count_gradients, native_applies, weighted_token_sum
+from .counts import _count_gradients, weighted_token_sum
 from .tokens import chunks, value_offset
 
 
@@ -44,6 +44,14 @@ def pair_ids(problem: Problem, b: Batch, buf: torch.Tensor) -> torch.Tensor:
     (of the dtype `id_dtype` chose)."""
     return torch.add(b.tokens.to(buf.dtype), b.informative.to(buf.dtype)[:, None], alpha=problem.cfg.V_in,
                      out=buf[: b.N])
+
+def native_applies(problem: Problem, batch: Batch, check_tokens: bool = True) -> bool:
+    """Whether lib.fast.native's loops may run on this batch: they load, the ids are int32 on the CPU with
+    the problem, and every id lies where the loops index with it (the tokens themselves are checked
+    unless `check_tokens` is False, for callers behind `check_batch`, which made that pass already)."""
+    cfg = problem.cfg
+    return (native.usable(batch.tokens, problem.E)
+            and native.ids_in_range(batch, cfg.V, cfg.V_in, cfg.L, tokens=check_tokens))
 
 
 def count_tables(problem: Problem, batch: Batch, size: int = TABLE_PASS_SAMPLES, fused: bool | None = None):
