@@ -185,4 +185,8 @@ def main(argv=None) -> int:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"{prog}: error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:                  # Ctrl-C: one line, the shell's status for SIGINT
+        done = f" (finished points are kept in {a.cache})" if getattr(a, "cache", None) else ""
+        print(f"{prog}: interrupted{done}", file=sys.stderr)
+        return 130
     return 0

@@ -145,3 +145,51 @@ def test_m_is_refused_for_the_attention_model(cmd):
     proc = subprocess.run([sys.executable, "-m", "lib", cmd[0], "--model", "attn", "--V", "16", "--d", "8",
                            "--L", "4", "--m", "32", *cmd[1:]], capture_output=True, text=True)
     assert proc.returncode == 2 and "--m" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("args,name", [
+    (["--V", "1024", "--d", "256", "--L", "64", "--N", "1000000000"], "N = 1000000000"),          # 261 GiB of ids
+    (["--V", "10000000", "--d", "256", "--L", "8", "--N", "100"], "V = 10000000"),                # 38 GiB of embeddings
+    (["--V", "100000000", "--d", "4096", "--L", "1000000", "--N", "1000000000000"], "V = 100000000"),
+])
+def test_what_cannot_fit_is_refused_before_it_is_allocated(capsys, args, name):
+    """Measured against the memory still available (MemAvailable), not after a failed allocation."""
+    avail = lib.core.config.available_memory()
+    if avail is None or avail > 2 ** 35:
+        pytest.skip("the available memory is unknown here, or large enough to try")
+    rc, out, err = cli(capsys, "train", *args, "--device", "cpu")
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert name in err and "GiB" in err and "available" in err
+
+
+def test_the_library_refuses_such_batches_too():
+    problem = lib.make_problem(lib.TaskConfig(V=16, d=8, L=4, device="cpu"), 0)
+    avail = lib.core.config.available_memory()
+    if avail is None:
+        pytest.skip("the available memory is unknown here")
+    with pytest.raises(ValueError, match="^N = "):
+        lib.sample_batch(problem, 10 * avail // 4)
+
+
+def test_an_unwritable_cache_is_found_before_any_point_is_computed(capsys, tmp_path):
+    from lib.experiments.store import check_store_path
+    rc, out, err = cli(capsys, "nstar", *SMALL, "--cache", "/proc/recall-cache.jsonl")   # procfs: no new files
+    assert rc == 2 and out == "" and "cache" in err and "cannot be written" in err
+    with pytest.raises(ValueError, match="cache"):
+        check_store_path("/proc/recall-cache.jsonl")
+    fresh = tmp_path / "points.jsonl"
+    assert check_store_path(str(fresh)) == str(fresh) and not fresh.exists()   # the check leaves no file
+
+
+def test_ctrl_c_prints_one_line_and_exits_130():
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "lib", "sweep", "--V", "2048", "--d", "256", "512", "--L", "256",
+                             "--seeds", "3", "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(6)
+    if proc.poll() is not None:                                        # a machine fast enough to finish first
+        pytest.skip(f"the sweep finished in under 6 s (status {proc.returncode})")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err[-400:])
+    assert err.strip().splitlines() == ["python -m lib sweep: interrupted"]

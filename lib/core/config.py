@@ -70,6 +70,34 @@ def check_bool(name: str, value) -> bool:
     return value
 
 
+def available_memory(device="cpu") -> int | None:
+    """Bytes this process may still allocate on `device`: MemAvailable of /proc/meminfo on a Linux CPU,
+    the free memory of a CUDA device; None where it cannot be read (then nothing is refused)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(dev)[0])
+        except Exception:
+            return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_memory(name: str, value, nbytes: float, what: str, device="cpu") -> None:
+    """Refuse, with a ValueError naming the parameter, an allocation of about `nbytes` for `what`
+    that cannot fit in the memory still available: before it is attempted, not after."""
+    avail = available_memory(device)
+    if avail is not None and nbytes > avail:
+        raise ValueError(f"{name} = {value} needs about {nbytes / 2 ** 30:.3g} GiB for {what}, more than the "
+                         f"{avail / 2 ** 30:.3g} GiB of memory available")
+
+
 def default_device() -> str:
     """CUDA when present, else CPU: every function takes its device from the config."""
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import TaskConfig
+from .config import TaskConfig, check_memory
 from .featuremaps import feature_map
 from .seed import generator
 
@@ -82,6 +82,9 @@ def make_problem(cfg: TaskConfig, seed: int = 0) -> Problem:
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     V, d, Vn = cfg.V, cfg.d, cfg.noise_vocab or 0
+    vectors = 2 * d * d if cfg.embedding == "orthogonal" else (2 * V + Vn + 2) * d
+    check_memory("V", V, 2 * 4 * (vectors + cfg.n_frozen * d) + 8 * V,     # drawn in float32, then converted
+                 f"the embeddings of V = {V}, d = {d}", cfg.device)
 
     def stream(*tags):
         return generator(seed, "problem", *tags)

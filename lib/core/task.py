@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .config import check_int
+from .config import check_int, check_memory
 from .embeddings import Problem, check_problem
 from .seed import generator
 
@@ -68,6 +68,8 @@ def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") 
         raise ValueError(f"split must be a string, got {split!r}")
     cfg = problem.cfg
     B = SAMPLE_BLOCK
+    check_memory("N", N, N * (4 * cfg.L + 3 * 8) * (2 if cfg.device != "cpu" else 1),
+                 f"{N} samples of L = {cfg.L} token ids", "cpu")
     tokens = torch.empty(N, cfg.L, dtype=torch.int32)   # stored as int32: half the memory of int64
     pos = torch.empty(N, dtype=torch.long)
     x_inf = torch.empty(N, dtype=torch.long)

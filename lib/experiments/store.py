@@ -196,6 +196,14 @@ def check_store_path(path) -> str | None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path) or not os.path.isdir(folder):
         raise ValueError(f"cache must be a file in an existing folder, got {path!r}")
+    existed = os.path.exists(path)
+    try:                                   # can we append? (found now, not after the first computed point)
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        raise ValueError(f"cache {path!r} cannot be written: {err.strerror or err}") from None
+    if not existed:
+        os.remove(path)                    # leave no trace: the store creates it with its first line
     return path
 
 
