@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import lib
-from lib import theory; from lib.analysis import margins
+from lib import theory
+from lib.analysis import margins
 from conftest import small_cfg
 
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import lib
-from lib.analysis.decompose import decompose; from lib.analysis.step3 import centred_step3, oracle_memory_accuracy, oracle_memory_curve
+from lib.analysis.decompose import decompose
+from lib.analysis.step3 import centred_step3, oracle_memory_accuracy, oracle_memory_curve
 from lib.theory import (orthogonal_recall, refined_memory_accuracy, refined_memory_moments,
                         refined_memory_nstar)
 

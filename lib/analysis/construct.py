@@ -20,12 +20,6 @@ from ..core.models import Params
 from ..core.task import Batch, check_ids
 
 
-def _length(batch) -> int:
-    """L as the batch's tokens have it (`check_ids` then checks everything else)."""
-    t = getattr(batch, "tokens", None)
-    return t.shape[1] if isinstance(t, torch.Tensor) and t.dim() == 2 else -1
-
-
 def hand_built(problem: Problem, beta: float = 50.0) -> Params:
     """The attention-only model that selects the trigger and recalls through a Hebbian W_V."""
     beta = check_float("beta", beta, 0.0, 1e12)
@@ -44,7 +38,7 @@ def hand_built_predicted_accuracy(batch: Batch, V: int, beta: float) -> float:
     orthogonal embeddings: a sample is right iff e^beta + c_{x_l} > max_{j != x_l} c_j, with c the
     token counts at the L - 1 uninformative positions (an equality is a tie, counted as wrong)."""
     V = check_int("V", V, 1)
-    check_ids(batch, V, V, _length(batch))
+    check_ids(batch, V, V)
     beta = check_float("beta", beta, 0.0, 1e12)
     tok = batch.tokens.to(torch.long, copy=True).scatter_(1, batch.pos[:, None], -1)      # drop the informative position (a copy)
     counts = torch.zeros(batch.N, V + 1, dtype=torch.float64, device=tok.device)
@@ -64,7 +58,7 @@ def bayes_accuracy_unmarked(batch: Batch, V: int) -> float:
     label is a function of the input and the best accuracy is 1. Token ids must lie in [0, V).
     """
     V = check_int("V", V, 1)
-    check_ids(batch, V, V, _length(batch))
+    check_ids(batch, V, V)
     tok = batch.tokens.long()
     counts = torch.zeros(tok.shape[0], V, dtype=torch.long, device=tok.device)
     counts.scatter_add_(1, tok, torch.ones_like(tok))

@@ -68,8 +68,7 @@ def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") 
         raise ValueError(f"split must be a string, got {split!r}")
     cfg = problem.cfg
     B = SAMPLE_BLOCK
-    check_memory("N", N, N * (4 * cfg.L + 3 * 8) * (2 if cfg.device != "cpu" else 1),
-                 f"{N} samples of L = {cfg.L} token ids", "cpu")
+    check_memory("N", N, N * (4 * cfg.L + 3 * 8), f"{N} samples of L = {cfg.L} token ids")   # drawn on the CPU
     tokens = torch.empty(N, cfg.L, dtype=torch.int32)   # stored as int32: half the memory of int64
     pos = torch.empty(N, dtype=torch.long)
     x_inf = torch.empty(N, dtype=torch.long)
@@ -97,9 +96,10 @@ def check_batch(problem: Problem, batch: Batch) -> None:
     check_ids(batch, cfg.V_in, cfg.V, cfg.L, problem.E.device)
 
 
-def check_ids(batch: Batch, V_in: int, V: int, L: int, device: torch.device | None = None) -> None:
+def check_ids(batch: Batch, V_in: int, V: int, L: int | None = None, device: torch.device | None = None) -> None:
     """Raise a ValueError naming the field unless the batch holds int32 or int64 ids (on `device`):
-    tokens (N, L) in [0, V_in), pos and labels (N,) in [0, L) and [0, V), informative tokens in [0, V)."""
+    tokens (N, L) in [0, V_in) (any L when L is None), pos and labels (N,) in [0, L) and [0, V),
+    informative tokens in [0, V)."""
     if not isinstance(batch, Batch):
         raise ValueError(f"batch must be a Batch (see lib.sample_batch), got {type(batch).__name__}")
     for name in ("tokens", "pos", "labels"):
@@ -109,15 +109,15 @@ def check_ids(batch: Batch, V_in: int, V: int, L: int, device: torch.device | No
                              f"{getattr(t, 'dtype', type(t).__name__)}")
         if device is not None and t.device.type != torch.device(device).type:
             raise ValueError(f"batch.{name} is on {t.device}, the problem on {device}")
-    if batch.tokens.ndim != 2 or batch.tokens.shape[1] != L:
-        raise ValueError(f"batch.tokens must have shape (N, L={L}), got {tuple(batch.tokens.shape)}")
+    if batch.tokens.ndim != 2 or (L is not None and batch.tokens.shape[1] != L):
+        raise ValueError(f"batch.tokens must have shape (N, L={'any' if L is None else L}), got {tuple(batch.tokens.shape)}")
     N = batch.N
     if N == 0:
         raise ValueError("N must be a positive integer, got 0 (batch.tokens has no rows)")
     lo, hi = torch.aminmax(batch.tokens)                          # one pass over the ids
     if int(lo) < 0 or int(hi) >= V_in:
         raise ValueError(f"batch.tokens must lie in [0, {V_in}), got values in [{int(lo)}, {int(hi)}]")
-    for name, top in (("pos", L), ("labels", V)):
+    for name, top in (("pos", batch.tokens.shape[1]), ("labels", V)):
         t = getattr(batch, name)
         if tuple(t.shape) != (N,):
             raise ValueError(f"batch.{name} must have shape (N,) = ({N},), one entry per row of batch.tokens, "

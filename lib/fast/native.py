@@ -10,9 +10,9 @@ when they load:
   beta_counts   beta_n and its token-weighted sum (pass 2)
   attend        the hard attention, argmax with the first maximum winning (pass 3)
 
-(The logit-table step of `lib.fast.counts` had fused loops too, in C and then in numba; on this
-book's machine its torch route was as fast or faster at every size measured, so it runs on torch
-alone: bench/bench_native.py prints the comparison.)
+(The logit-table step of `lib.fast.counts` had fused loops too, in C and then in numba; its torch
+route measured as fast or faster at the sizes in bench/bench_native.py's docstring, so it runs on
+torch alone.)
 
 The loops are numba functions (`@njit(parallel=True, cache=True)`): compiled on first use into
 lib/fast/__pycache__ (or $NUMBA_CACHE_DIR), loaded from there by later processes; no C compiler is
