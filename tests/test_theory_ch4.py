@@ -68,22 +68,40 @@ def test_trigger_key_matches_step_two():
     p = lib.make_problem(cfg, 1)
     out = lib.three_steps(p, lib.sample_batch(p, 20000, 1), "limit")
     z = p.z_trig
-    pred = theory.step1_trigger_key(4, 64, float(z @ z), N=20000)
+    pred = theory.step1_trigger_key(4, 64, float(z @ z), N=20000, d=256)
     assert 0.9 < float(out.k @ z) / pred < 1.1
 
 
 def test_trigger_key_self_count_factor_at_small_N():
-    # at N = 2V the self-count factor f = 1 + (V - 1)/N is about 1.5: without it the ratio is ~1.5
+    # at N = 2V the finite-N factor 1 + beta/N is about 1.5: without it the ratio is ~1.5
     cfg = lib.TaskConfig(V=64, d=256, L=4, dtype="float64", device="cpu")
     ratios = []
     for seed in range(24):
         p = lib.make_problem(cfg, seed)
         out = lib.three_steps(p, lib.sample_batch(p, 128, seed), "limit")
         z = p.z_trig
-        ratios.append(float(out.k @ z) / theory.step1_trigger_key(4, 64, float(z @ z), N=128))
+        ratios.append(float(out.k @ z) / theory.step1_trigger_key(4, 64, float(z @ z), N=128, d=256))
     assert 0.85 < sum(ratios) / len(ratios) < 1.15, ratios
     with pytest.raises(ValueError, match="N"):
-        theory.step1_trigger_key(4, 64, 1.0, N=0)
+        theory.step1_trigger_key(4, 64, 1.0, N=0, d=256)
+    with pytest.raises(ValueError, match="d is required"):
+        theory.step1_trigger_key(4, 64, 1.0, N=128)
+
+
+def test_trigger_key_factor_is_chapter_five_beta():
+    # where (L - 1)/d is not small (V = 64, d = 16, L = 16, N = 64) the one finite-N factor 1 + beta/N
+    # (beta = 123) and the signal's self-count alone 1 + (V - 1)/N differ by a factor 1.5: the mean ratio of
+    # z.k to the prediction over 48 problems is within 0.2 of 1 with beta and above 1.3 without
+    V, d, L, N = 64, 16, 16, 64
+    r, r_self = [], []
+    for seed in range(48):
+        p = lib.make_problem(lib.TaskConfig(V=V, d=d, L=L, dtype="float64", device="cpu"), seed)
+        z = p.z_trig
+        kz = float(lib.three_steps(p, lib.sample_batch(p, N, seed), "limit").k @ z)
+        r.append(kz / theory.step1_trigger_key(L, V, float(z @ z), N=N, d=d))
+        r_self.append(kz / theory.step1_trigger_key(L, V, float(z @ z)) / (1 + (V - 1) / N))
+    assert abs(sum(r) / len(r) - 1) < 0.2, r
+    assert sum(r_self) / len(r_self) > 1.3, r_self
 
 
 def test_coverage_and_coupon_collector_match_simulation():

@@ -119,3 +119,18 @@ def test_trained_points_start_from_the_runs_step_sizes():
     batch = lib.sample_batch(problem, 64, 0)
     with pytest.raises(ValueError, match="step_sizes"):
         lib.learning.trainer.train_with(problem, batch, spec, step_sizes={"eta": 1.0})
+
+
+def test_nstar_metric_searches_share_the_store(tmp_path):
+    """metric="att_acc" finds the N at which attention alone reaches the threshold; its points are the
+    same store entries as the test-accuracy search's, so the second search computes nothing it has seen."""
+    from lib.experiments.capacity import nstar
+    cfg = lib.TaskConfig(V=16, d=64, L=8, trigger_in_value=False, device="cpu")
+    kw = dict(seeds=1, seed=0, n_test=256, n_min=8, n_max=2 ** 12, resolution=0.1, cache=str(tmp_path / "p.jsonl"))
+    att = nstar(cfg, 0.9, metric="att_acc", **kw)
+    acc = nstar(cfg, 0.9, **kw)
+    assert att.nstar is not None and acc.nstar is not None
+    assert all(p.att_acc >= 0.9 for p in att.points if p.N == att.nstar)
+    assert acc.runs < len(acc.points)                   # some points read back from the attention search
+    with pytest.raises(ValueError, match="metric"):
+        nstar(cfg, 0.9, metric="loss", **kw)

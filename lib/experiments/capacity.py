@@ -25,6 +25,9 @@ from ..core.steps import StepSizes
 from .store import Store, point_prefix
 
 
+METRICS = ("acc", "att_acc", "oracle_acc")
+
+
 @dataclass
 class NStar:
     nstar: int | None                  # smallest N reaching the threshold, None if not by n_max
@@ -37,11 +40,17 @@ class NStar:
 def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int = 0, n_min: int | None = None,
           n_max: int = 2 ** 20, mode: str = "limit", n_test: int = N_TEST, resolution: float = 0.05,
           step_sizes: StepSizes = StepSizes(), cache: str | None = None, store: Store | None = None,
-          training=None) -> NStar:
+          training=None, metric: str = "acc") -> NStar:
     """Critical sample size by doubling from n_min (default V) and bisection to `resolution`.
-    `training` (a `lib.learning.trainer.TrainSpec`, mode "finite"): N* of the trained model instead."""
+    `training` (a `lib.learning.trainer.TrainSpec`, mode "finite"): N* of the trained model instead.
+    `metric`: which mean accuracy of the `RunResult` must reach the threshold: "acc" (test accuracy,
+    the default), "att_acc" (attention picks the marked position: the attention requirement alone)
+    or "oracle_acc" (recall with oracle attention at test). The store's points hold all three, so
+    searches on different metrics share them."""
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
     n_max = check_int("n_max", n_max, 1)
     n_min = check_int("n_min", n_min if n_min is not None else min(cfg.V, n_max), 1)
@@ -62,7 +71,7 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
             out.runs += 1
             store.put(prefix, point)
         out.points.append(point)
-        return point.acc >= threshold
+        return getattr(point, metric) >= threshold
 
     bracket = threshold_search(ok, n_min, n_max, resolution)
     out.nstar, out.last_false = bracket.first_true, bracket.last_false

@@ -104,16 +104,24 @@ def step1_bag_rule_accuracy(L: int, V: int, samples: int = 100_000, seed: int = 
     return float(((c_inf == mx).double() / (counts == mx[:, None]).sum(1)).mean())
 
 
-def step1_trigger_key(L: int, V: int, z2: float = 1.0, N: int | None = None) -> float:
+def step1_trigger_key(L: int, V: int, z2: float = 1.0, N: int | None = None, d: int | None = None) -> float:
     """Leading order of z_trig . k (the step-2 direction's trigger component) from the signal term:
-    |z|^2 f (1 - 1/L)(1 - 1/V) / (V L^2), with f = 1 + (V - 1)/N the self-count factor (each sample's
-    informative token is counted in its own n_{x*}, so the sample average of n_{x*}/N is f/V in
-    expectation); N=None gives the N -> infinity limit f = 1. Only the signal term contributes at this
-    order (chapter 4)."""
-    L, V = check_int("L", L, 1), check_int("V", V, 2)
+    |z|^2 (1 + beta/N) (1 - 1/L)(1 - 1/V) / (V L^2), with the finite-N factor of chapter 5,
+    beta = trigger_self_bias(V, d, L) = V (1 + (L - 1)/d) - 1: the signal's self-count gives V - 1 (each
+    sample's informative token is counted in its own n_{x*}), the other tokens' projections on z through
+    the sample's own part of G_1 the rest. N=None gives the N -> infinity limit (then d is not needed);
+    with N, d is required. Only the signal term contributes at leading order (chapter 4)."""
+    from .ch05_attention_step import trigger_self_bias
+    L, V = check_int("L", L, 2), check_int("V", V, 2)
     if not (z2 > 0 and math.isfinite(z2)):
         raise ValueError(f"z2 must be a positive finite number, got {z2!r}")
-    f = 1.0 if N is None else 1.0 + (V - 1) / check_int("N", N, 1)
+    if N is None:
+        f = 1.0
+    else:
+        N = check_int("N", N, 1)
+        if d is None:
+            raise ValueError("d is required with N: the finite-N factor 1 + beta/N depends on d")
+        f = 1.0 + trigger_self_bias(V, check_int("d", d, 1), L) / N
     return z2 * f * (1 - 1 / L) * (1 - 1 / V) / (V * L * L)
 
 

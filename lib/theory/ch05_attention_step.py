@@ -62,12 +62,17 @@ def population_min_d(L: int, threshold: float = 0.99) -> float:
 
 
 def trigger_self_bias(V: int, d: int, L: int) -> float:
-    """beta = V (1 + L/d) - 1 (the book's derivation, chapter 5, leading order): the pairs of a sample
-    with itself give E[k | N] a part (beta + 1)/N kappa z along the trigger, so the trigger's bonus is
-    mu(N) ~ kappa |z|^2 (1 + beta/N). The same factor multiplies the trigger part of every token's
-    score, so it does not change the signal-to-noise ratio by itself."""
-    V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 1)
-    return V * (1 + L / d) - 1
+    """beta = V (1 + (L - 1)/d) - 1 (chapter 5): the pairs of a sample with itself give E[k | N] a part
+    (beta + 1)/N kappa z along the trigger, so the trigger's bonus is mu(N) ~ kappa |z|^2 (1 + beta/N).
+    The same factor multiplies the trigger part of every token's score, so it does not change the
+    signal-to-noise ratio by itself. The book derives 1 + L/d + O(1/d) (leading order in L/d); the
+    O(1/d) part, which matters only for short sequences, is measured where it can be told apart from
+    the scatter between problems (short L, small d): averaged over 800 problems the exact beta (from
+    `lib.analysis.margins.k_self_term`) is V (1 + (L - 1)/d) - 1 within 1 standard error at
+    (V, d, L) = (64, 16, 2) and (64, 8, 4), and 4.6 to 6.6 standard errors from (L - 2)/d and L/d.
+    At d <= 4 terms of order V/d^2 show (c = 3.5 +- 1 at (32, 4, 3))."""
+    V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
+    return V * (1 + (L - 1) / d) - 1
 
 
 def popularity_variance(V: int, d: int) -> float:
