@@ -39,6 +39,7 @@ it). Chapter in brackets.
     ch04_value_step    step 1: the one-step memory's logit terms, bag accuracies, coverage  [4]
     ch05_attention_step  step 2: the attention direction, its signal-to-noise ratio and N   [5]
     ch06_refined_memory  step 3: the refined memory's moments, accuracy and N*             [6]
+    ch07_law           the attention law calibrated at d < V, its constants and provenance [7]
     ch07_capacity      the capacity law N* ~ max(N_mem, N_att)                             [7]
     ch08_kernels       Hermite coefficients, the MLP kernel, random-feature variances      [8]
     ch08_mlp_memory    the MLP memory's signal and noise, predicted accuracy, width, N*     [8]

@@ -7,10 +7,11 @@ every name is re-exported here, so `lib.theory.capacity_law` and `from lib.theor
   ch04_value_step      step 1: the one-step memory's logit terms, bag accuracies, coverage           [4]
   ch05_attention_step  step 2: the attention direction, its signal-to-noise ratio and N             [5]
   ch06_refined_memory  step 3: the refined memory's moments, accuracy and N*; orthogonal recall      [6]
-  ch07_capacity        the capacity law N* ~ max(N_mem, N_att) (from ch05 and ch06)                  [7]
+  ch07_law             the attention law calibrated at d < V (constants in capacity_calibration.json) [7]
+  ch07_capacity        the capacity law N* ~ max(N_mem, N_att) (from ch05, ch06 and ch07_law)         [7]
   ch08_kernels         Hermite coefficients, the MLP kernel, random-feature variances                [8]
   ch08_mlp_memory      the MLP memory's signal and noise terms, predicted accuracy, capacity, width, N* [8]
-Within the package, ch07_capacity imports ch05_attention_step and ch06_refined_memory, and
+Within the package, ch07_capacity imports ch05_attention_step, ch06_refined_memory and ch07_law, and
 ch08_mlp_memory imports ch08_kernels; no module imports one that imports it back.
 """
 
@@ -31,6 +32,7 @@ from .ch05_attention_step import (_normal_cdf, attention_snr, critical_snr, gaus
 from .ch06_refined_memory import (orthogonal_recall, refined_memory_accuracy, refined_memory_moments,
                                   refined_memory_nstar)
 from .ch07_capacity import attention_nstar, capacity_law
+from .ch07_law import attention_law, calibration, fit_law, law_features, law_range, law_value
 from .ch08_kernels import (hermite_coefficients, mlp_kernel, mlp_kernel_crosstalk, mlp_rf_common,
                            mlp_rf_variance, shifted_kernel_coefficients, sphere_cosine_nodes)
 from .ch08_mlp_memory import (_gamma_nodes, coverage_nstar, mlp_noise_terms, mlp_predicted_accuracy,

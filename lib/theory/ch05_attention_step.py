@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ..core.config import check_int
+from .ch04_value_step import trigger_self_bias  # noqa: F401  (chapter 5's beta; defined with chapter 4's factor)
 
 
 # ---- chapter 5: step 2
@@ -59,20 +60,6 @@ def population_min_d(L: int, threshold: float = 0.99) -> float:
     """Smallest d for which attention reaches the threshold at N = infinity: r_inf = |z| sqrt(d) with
     |z|^2 ~ 1, so d >= r*(L)^2 (chapter 5)."""
     return critical_snr(L, threshold) ** 2
-
-
-def trigger_self_bias(V: int, d: int, L: int) -> float:
-    """beta = V (1 + (L - 1)/d) - 1 (chapter 5): the pairs of a sample with itself give E[k | N] a part
-    (beta + 1)/N kappa z along the trigger, so the trigger's bonus is mu(N) ~ kappa |z|^2 (1 + beta/N).
-    The same factor multiplies the trigger part of every token's score, so it does not change the
-    signal-to-noise ratio by itself. The book derives 1 + L/d + O(1/d) (leading order in L/d); the
-    O(1/d) part, which matters only for short sequences, is measured where it can be told apart from
-    the scatter between problems (short L, small d): averaged over 800 problems the exact beta (from
-    `lib.analysis.margins.k_self_term`) is V (1 + (L - 1)/d) - 1 within 1 standard error at
-    (V, d, L) = (64, 16, 2) and (64, 8, 4), and 4.6 to 6.6 standard errors from (L - 2)/d and L/d.
-    At d <= 4 terms of order V/d^2 show (c = 3.5 +- 1 at (32, 4, 3))."""
-    V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
-    return V * (1 + (L - 1) / d) - 1
 
 
 def popularity_variance(V: int, d: int) -> float:

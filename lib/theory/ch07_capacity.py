@@ -10,6 +10,7 @@ import math
 from ..core.config import check_int
 from .ch05_attention_step import critical_snr, imbalance_noise, trigger_self_bias
 from .ch06_refined_memory import _check_s2, refined_memory_nstar
+from .ch07_law import attention_law, law_range
 
 
 # ---- chapter 7: the capacity law (the fits with intervals are in fits.py)
@@ -46,17 +47,26 @@ def attention_nstar(V: int, d: int, L: int, threshold: float = 0.99, c_noise: fl
 
 
 def capacity_law(V: int, d: int, L: int, s2: float = 0.0, threshold: float = 0.99,
-                 c_noise: float = 1.0) -> dict:
+                 c_noise: float | None = None) -> dict:
     """The book's capacity law (chapter 7): N* ~ max(N_mem, N_att).
 
     N_mem = refined_memory_nstar(V, d, s2, threshold) (chapter 6; None -> inf: V is past the memory
-    wall of dimension d, or the trigger's plateau is below the threshold), N_att = attention_nstar.
-    Returns {"mem", "att", "law", "bottleneck"} with bottleneck "memory", "attention" or "none"
-    (both finite requirements absent: no N reaches the threshold)."""
+    wall of dimension d, or the trigger's plateau is below the threshold). N_att is, by default, the
+    attention law calibrated at d < V (`lib.theory.ch07_law.attention_law`, the constants of the
+    trigger setting s2 > 0 (in the value path) or s2 = 0 (out)); with c_noise given, chapter 5's
+    derived form `attention_nstar(V, d, L, threshold, c_noise)` instead (chapter 7 fits its constant
+    at d > V). Returns {"mem", "att", "law", "bottleneck", "in_range"}: bottleneck "memory",
+    "attention" or "none" (no N reaches the threshold); in_range whether (V, d, L, threshold) is inside
+    the calibrated grid (`law_range`; always False for the derived form, which has no calibrated range)."""
     V, d = check_int("V", V, 2), check_int("d", d, 1)
-    n_mem = _memory_nstar_cached(V, d, _check_s2(s2), float(threshold))
+    s2 = _check_s2(s2)
+    n_mem = _memory_nstar_cached(V, d, s2, float(threshold))
     n_mem = math.inf if n_mem is None else float(n_mem)
-    n_att = attention_nstar(V, d, L, threshold, c_noise)
+    if c_noise is None:
+        n_att = attention_law(V, d, L, threshold, trigger_in_value=s2 > 0)
+        in_range = law_range(V, d, L, threshold, s2 > 0)
+    else:
+        n_att, in_range = attention_nstar(V, d, L, threshold, c_noise), False
     law = max(n_mem, n_att)
     neck = "none" if math.isinf(law) else ("attention" if n_att > n_mem else "memory")
-    return {"mem": n_mem, "att": n_att, "law": law, "bottleneck": neck}
+    return {"mem": n_mem, "att": n_att, "law": law, "bottleneck": neck, "in_range": in_range}

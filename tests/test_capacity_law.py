@@ -1,0 +1,101 @@
+"""Chapter 7's calibrated attention law (lib.theory.ch07_law): the fit recovers known constants, the
+shipped constants are what the calibration script computes from the shipped grid, the split is a
+checkerboard that puts every V, trigger setting and threshold on both sides, stored grid points are
+reproduced by the search they came from, and capacity_law's default is the calibrated law."""
+import math
+
+import numpy as np
+import pytest
+
+import lib
+from lib.experiments.capacity import nstar
+from lib.theory import ch07_law
+from lib.theory import attention_law, attention_nstar, calibration, capacity_law, critical_snr, fit_law, law_range
+
+
+def synthetic(theta, form):
+    pts = []
+    for V in (64, 256):
+        for d in (32, 64, 128):
+            for L in (8, 32, 128):
+                for t in (0.9, 0.99):
+                    feat = ch07_law.law_features(V, d, L, t, form)
+                    if feat is not None:
+                        pts.append({"V": V, "d": d, "L": L, "threshold": t, "y": float(feat[0] @ theta + feat[1])})
+    return pts
+
+
+@pytest.mark.parametrize("form,theta", [("product", [0.5, 1.8, 0.3, -1.2, 0.7]), ("separate", [-1.0, 2.0, 0.5, 1.0])])
+def test_fit_recovers_known_constants(form, theta):
+    fit = fit_law(synthetic(np.array(theta), form), form)
+    assert np.allclose(fit["theta"], theta, atol=1e-9) and fit["sd"] < 1e-9
+    p = synthetic(np.array(theta), form)[3]
+    assert ch07_law.law_value(fit, p["V"], p["d"], p["L"], p["threshold"]) == pytest.approx(math.exp(p["y"]), rel=1e-9)
+
+
+def test_wall_and_refusals():
+    rs2 = critical_snr(64, 0.99) ** 2
+    assert ch07_law.law_features(256, int(rs2), 64, 0.99) is None
+    assert math.isinf(attention_law(256, int(rs2), 64, 0.99))
+    assert math.isfinite(attention_law(256, int(rs2) + 2, 64, 0.99))
+    for call, name in ((lambda: attention_law(1, 64, 16), "V"), (lambda: attention_law(64, 0, 16), "d"),
+                       (lambda: attention_law(64, 32, 1), "L"), (lambda: attention_law(64, 32, 16, 1.5), "threshold"),
+                       (lambda: attention_law(64, 32, 16, trigger_in_value=1), "trigger_in_value"),
+                       (lambda: attention_law(64, 32, 16, form="sum"), "form"),
+                       (lambda: fit_law(synthetic(np.zeros(5), "product")[:4], "product"), "points")):
+        with pytest.raises(ValueError, match=name):
+            call()
+
+
+def test_shipped_constants_are_the_calibration_fit():
+    cal = calibration()
+    for key, fit in cal["fits"].items():
+        form, side = key.split("/")
+        pts = [dict(p, y=float(np.mean(np.log(p["nstar"])))) for p in cal["points"]
+               if p["calibration"] and p["trigger_in_value"] == (side == "in") and None not in p["nstar"]
+               and np.exp(np.mean(np.log(p["nstar"]))) >= ch07_law.MIN_N
+               and ch07_law.law_features(p["V"], p["d"], p["L"], p["threshold"]) is not None]
+        again = fit_law(pts, form)
+        assert again["n"] == fit["n"] and np.allclose(again["theta"], fit["theta"], rtol=1e-12, atol=1e-12)
+    for key in ("grid_command", "search", "problems", "seed0", "lib_version", "commit", "fit_command"):
+        assert cal["provenance"][key] not in (None, "")
+
+
+def test_split_puts_every_part_of_the_grid_on_both_sides():
+    pts = calibration()["points"]
+    for side in (True, False):
+        part = [p for p in pts if p["calibration"] == side]
+        assert {p["V"] for p in part} == {p["V"] for p in pts}
+        assert {p["trigger_in_value"] for p in part} == {False, True}
+        assert {p["threshold"] for p in part} == {0.9, 0.99}
+    keys = {(p["V"], p["d"], p["L"], p["trigger_in_value"], p["threshold"]) for p in pts}
+    assert len(keys) == len(pts)                                  # one point per configuration and threshold
+
+
+def test_stored_points_are_reproduced_by_their_search():
+    """Two cheap grid points recomputed with the stored search settings: the same N* per problem up to
+    one bisection step (float32 sums may order differently on another CPU)."""
+    cal = calibration()
+    s = cal["provenance"]["search"]
+    cheap = [p for p in cal["points"] if p["V"] == 64 and p["L"] == 16 and p["threshold"] == 0.9
+             and all(n is not None for n in p["nstar"])][:2]
+    assert cheap
+    for p in cheap:
+        cfg = lib.TaskConfig(V=p["V"], d=p["d"], L=p["L"], trigger_in_value=p["trigger_in_value"], device="cpu")
+        seed0 = cal["provenance"]["seed0"]
+        for i in range(3):
+            got = nstar(cfg, 0.9, seeds=1, seed=seed0 + i, metric="att_acc", **s).nstar
+            assert got == pytest.approx(p["nstar"][i], rel=2 * s["resolution"], abs=2), (p, i, got)
+
+
+def test_capacity_law_default_is_the_calibrated_law():
+    for V, d, L, s2 in ((256, 128, 64, 0.0), (512, 256, 128, 1.0)):
+        law = capacity_law(V, d, L, s2)
+        assert law["att"] == attention_law(V, d, L, 0.99, trigger_in_value=s2 > 0)
+        assert law["in_range"] and law_range(V, d, L, 0.99, s2 > 0)
+        assert law["law"] == max(law["mem"], law["att"])
+    derived = capacity_law(32, 128, 64, c_noise=1.0)
+    assert derived["att"] == attention_nstar(32, 128, 64, 0.99, 1.0) and not derived["in_range"]
+    assert not law_range(32, 128, 64) and not law_range(256, 512, 64) and not law_range(256, 128, 512)
+    assert not law_range(512, 256, 32, 0.99, True)               # the law says a dozen samples: below MIN_N
+    assert not capacity_law(512, 256, 32, 1.0)["in_range"]
