@@ -25,7 +25,7 @@ from .ch02_interference import (capacity_from_constant, hebbian_conditional_mome
 from .ch04_value_step import (coupon_collector, coverage_mean, coverage_var, step1_bag_accuracy,
                               step1_bag_rule_accuracy, step1_signal_unit, step1_term_moments,
                               step1_trigger_key)
-from .ch05_attention_step import (_normal_cdf, attention_snr, critical_snr, gaussian_attention_accuracy,
+from .ch05_attention_step import (_normal_cdf, attention_snr, attention_snr_fluct, excess_noise, critical_snr, gaussian_attention_accuracy,
                                   imbalance_noise, popularity_variance, population_min_d,
                                   predicted_attention_nstar, self_term_noise_variance, softmax_focus,
                                   trigger_score_scale, trigger_self_bias)
