@@ -16,7 +16,7 @@ CHILD = r"""
 import json, sys, torch, lib
 from lib.fast import counts, limit, native
 from lib.learning import trainer
-from lib.analysis import construct, decompose, lowerbound, margins
+from lib.analysis import construct, decompose, k_noise, lowerbound, margins
 
 cfg = lib.TaskConfig(V=64, d=16, L=8, dtype="float64")
 p = lib.make_problem(cfg, 0)
@@ -58,6 +58,8 @@ BATCH_ENTRIES = {
     "decompose.pooled": lambda b: decompose.pooled(p, b),
     "lowerbound.cooccurrence": lambda b: lowerbound.cooccurrence(p, b),
     "margins.margins": lambda b: margins.margins(p, b, k),
+    "k_noise.first_projection": lambda b: k_noise.first_projection(p, b)[0],
+    "k_noise.pair_kernel": lambda b: k_noise.pair_kernel(p, clean, b)[0],
     "construct.bayes_accuracy_unmarked": lambda b: construct.bayes_accuracy_unmarked(b, cfg.V),
     "construct.hand_built_predicted_accuracy": lambda b: construct.hand_built_predicted_accuracy(b, cfg.V, 2.0),
 }
