@@ -134,3 +134,15 @@ def test_nstar_metric_searches_share_the_store(tmp_path):
     assert acc.runs < len(acc.points)                   # some points read back from the attention search
     with pytest.raises(ValueError, match="metric"):
         nstar(cfg, 0.9, metric="loss", **kw)
+
+
+def test_problem_nstars_is_one_search_per_problem(tmp_path):
+    from lib.experiments.capacity import nstar, problem_nstars
+    cfg = lib.TaskConfig(V=16, d=64, L=8, trigger_in_value=False, device="cpu")
+    kw = dict(n_test=256, n_min=8, n_max=2 ** 12, resolution=0.1, metric="att_acc")
+    got = problem_nstars(cfg, 0.9, 2, seed0=5, **kw)
+    assert got == [nstar(cfg, 0.9, seeds=1, seed=5 + i, **kw).nstar for i in range(2)]
+    with pytest.raises(ValueError, match="seed"):
+        problem_nstars(cfg, 0.9, 2, seed=3, **kw)
+    with pytest.raises(ValueError, match="problems"):
+        problem_nstars(cfg, 0.9, 0, **kw)

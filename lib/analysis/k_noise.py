@@ -29,6 +29,7 @@ k_self_beta          beta_exact = z . D / z . k_inf - 1 (N-independent)
 k_noise_moments      the moments Q[psi], Q[K] + Q[K, K^swap], Q[s], Q[psi, s] for both forms
 k_noise_variance     E Q(dk, dk) at N from those moments (both forms)
 excess_noise_mean    X of E[k | N] alone (the self-term's noise, chapter 5's B/(N+beta)^2, exactly)
+batch_check          the token-score noise over simulated batches against the formula (chapter 5's check)
 """
 
 from __future__ import annotations
@@ -169,3 +170,24 @@ def excess_noise_mean(problem: Problem, N: int) -> float:
     zz = float(problem.z_trig @ problem.z_trig)
     r_inf = score_stats(problem, k_population(problem))["r"]
     return zz * (1 / score_stats(problem, k_mean(problem, N))["r"] ** 2 - 1 / r_inf ** 2)
+
+
+def batch_check(problem: Problem, moments: dict, N: int, batches: int = 40, seed: int = 0) -> dict:
+    """The token-score noise of k over `batches` independent batches of N samples (limit mode), against
+    the formula: {"pred": k_noise_variance(moments, N)["perp"], "measured": array of Var_j(e_j . dk_perp)
+    per batch (dk from the exact mean `margins.k_mean`), "share": the part psi/N of pred, "vs_self":
+    (F1 N + F2) / B, the fluctuation against chapter 5's self-term noise B}; units of mu_inf^2 / |z|^2."""
+    import numpy as np
+    from ..learning.schedule import three_steps
+    from ..theory import imbalance_noise
+    N, batches, seed = check_int("N", N, 1), check_int("batches", batches, 2), check_int("seed", seed, 0)
+    perp = _forms(problem)["perp"]
+    z = problem.z_trig
+    unit = float(z @ z) / float(z @ k_population(problem)) ** 2
+    k_m = k_mean(problem, N)
+    measured = np.array([perp(dk[None], dk[None]) * unit for dk in
+                         (three_steps(problem, sample_batch(problem, N, seed + b), mode="limit").k - k_m for b in range(batches))])
+    pred = k_noise_variance(moments, N)
+    cfg = problem.cfg
+    return {"pred": pred["perp"], "measured": measured, "share": pred["perp_leading"] / pred["perp"],
+            "vs_self": (moments["perp"]["psi"] * N + moments["perp"]["pair"]) / imbalance_noise(cfg.V, cfg.d, cfg.L)}

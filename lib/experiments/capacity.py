@@ -76,3 +76,14 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
     bracket = threshold_search(ok, n_min, n_max, resolution)
     out.nstar, out.last_false = bracket.first_true, bracket.last_false
     return out
+
+
+def problem_nstars(cfg: TaskConfig, threshold: float, problems: int, *, seed0: int = 0, **search) -> list:
+    """N* of `problems` independent problems (seeds seed0, seed0 + 1, ...), one `nstar` search each with
+    one seed (`search`: nstar's keyword arguments, e.g. metric, store, n_min, n_max, resolution); a list
+    of ints, None where a problem did not reach the threshold by n_max."""
+    problems, seed0 = check_int("problems", problems, 1), check_int("seed0", seed0, 0)
+    for key in ("seeds", "seed"):
+        if key in search:
+            raise ValueError(f"{key} is set by problem_nstars (one seed per problem, from seed0)")
+    return [nstar(cfg, threshold, seeds=1, seed=seed0 + i, **search).nstar for i in range(problems)]
