@@ -73,6 +73,7 @@ def main(argv=None) -> int:
         "provenance": {"grid_command": grid["settings"]["command"], "search": {k: grid["settings"][k] for k in
                        ("n_test", "n_min", "n_max", "resolution", "mode")},
                        "problems": grid["settings"]["problems"], "seed0": grid["settings"]["seed0"],
+                       "draw": grid["settings"].get("draw", 0),
                        "lib_version": grid["settings"]["lib_version"], "commit": a.commit,
                        "fitted": datetime.date.today().isoformat(),
                        "fit_command": "python scripts/calibrate_capacity_law.py --grid GRID --commit " + a.commit},

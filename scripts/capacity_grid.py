@@ -9,7 +9,7 @@ and the N at which the test accuracy reaches 0.9 and 0.99 (acc). Searches share 
 crash-safe store, so an interrupted run resumes where it stopped.
 
     OMP_NUM_THREADS=1 python scripts/capacity_grid.py --out grid.json --cache _cache/grid.jsonl \
-        --V 64 128 256 512 --d-frac 0.125 0.25 0.5 1 --L 8 16 32 64 128 256 --problems 8
+        --V 64 128 256 512 --d-frac 0.125 0.25 0.375 0.5 0.75 1 --L 8 16 32 64 128 256 --problems 8
 
 Output: JSON {"settings": {...}, "rows": [{"V", "d", "L", "trigger_in_value", "seed", "att_0.9",
 "att_0.99", "acc_0.9", "acc_0.99"}, ...]} with null where n_max was reached first.
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
             rows.append(measure(V, d, L, trig, s, store))
         print(f"[{i + 1}/{len(configs)}] V={V} d={d} L={L} trigger_in_value={trig}: "
               f"{time.time() - t0:.0f} s", flush=True)
-    settings = dict(SEARCH, problems=a.problems, seed0=a.seed0, lib_version=lib.__version__,
+    settings = dict(SEARCH, problems=a.problems, seed0=a.seed0, draw=lib.core.seed.get_draw(), lib_version=lib.__version__,
                     command="python scripts/capacity_grid.py " + " ".join(sys.argv[1:] if argv is None else argv))
     with open(a.out, "w") as f:
         json.dump({"settings": settings, "rows": rows}, f, indent=0)

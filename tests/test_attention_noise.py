@@ -75,7 +75,12 @@ def test_variance_formula_structure():
         assert k_noise.k_noise_variance(mom, 1)[f] == pytest.approx(mom[f]["self"])
     big = k_noise.k_noise_variance(mom, 10 ** 6)
     assert big["perp"] / big["perp_leading"] == pytest.approx(1, abs=1e-3)
-    x = [theory.excess_noise(N, 32, 16, 8, mom["perp"]["psi"], mom["perp"]["pair"]) for N in (1e4, 1e6)]
+    F1, F2 = k_noise.fluctuation_coefficients(mom)
+    for N in (10 ** 4, 10 ** 6):                 # N^2 Var - F1 N -> F2
+        assert N ** 2 * k_noise.k_noise_variance(mom, N)["perp"] - F1 * N == pytest.approx(F2, rel=1e-2, abs=1e-6 * F1 * N)
+    with pytest.raises(ValueError, match="form"):
+        k_noise.fluctuation_coefficients(mom, "diag")
+    x = [theory.excess_noise(N, 32, 16, 8, F1, F2) for N in (1e4, 1e6)]
     b = [theory.excess_noise(N, 32, 16, 8, 0.0) for N in (1e4, 1e6)]
     assert (x[1] - b[1]) / b[1] > 50 * (x[0] - b[0]) / b[0]
     r = theory.attention_snr_fluct(np.array([1e2, 1e8]), 32, 16, 8, mom["perp"]["psi"])
@@ -94,6 +99,7 @@ def test_validation():
         theory.excess_noise(100, 16, 8, 4, -1.0)
     with pytest.raises(ValueError, match="F2"):
         theory.excess_noise(100, 16, 8, 4, 1.0, math.nan)
+    assert theory.excess_noise(100, 16, 8, 4, 1.0, -0.5) < theory.excess_noise(100, 16, 8, 4, 1.0, 0.0)   # F2 may be negative
     with pytest.raises(ValueError, match="N"):
         theory.excess_noise(0, 16, 8, 4, 1.0)
     noisy = lib.make_problem(lib.TaskConfig(V=16, d=8, L=4, noise_vocab=16, device="cpu"), 0)

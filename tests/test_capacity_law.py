@@ -57,7 +57,7 @@ def test_shipped_constants_are_the_calibration_fit():
                and ch07_law.law_features(p["V"], p["d"], p["L"], p["threshold"]) is not None]
         again = fit_law(pts, form)
         assert again["n"] == fit["n"] and np.allclose(again["theta"], fit["theta"], rtol=1e-12, atol=1e-12)
-    for key in ("grid_command", "search", "problems", "seed0", "lib_version", "commit", "fit_command"):
+    for key in ("grid_command", "search", "problems", "seed0", "draw", "lib_version", "commit", "fit_command"):
         assert cal["provenance"][key] not in (None, "")
 
 
@@ -80,6 +80,15 @@ def test_stored_points_are_reproduced_by_their_search():
     cheap = [p for p in cal["points"] if p["V"] == 64 and p["L"] == 16 and p["threshold"] == 0.9
              and all(n is not None for n in p["nstar"])][:2]
     assert cheap
+    from lib.core.seed import set_draw
+    before = set_draw(cal["provenance"]["draw"])          # the grid's draw, whatever RECALL_DRAW says
+    try:
+        _recompute(cheap, cal, s)
+    finally:
+        set_draw(before)
+
+
+def _recompute(cheap, cal, s):
     for p in cheap:
         cfg = lib.TaskConfig(V=p["V"], d=p["d"], L=p["L"], trigger_in_value=p["trigger_in_value"], device="cpu")
         seed0 = cal["provenance"]["seed0"]
@@ -98,4 +107,5 @@ def test_capacity_law_default_is_the_calibrated_law():
     assert derived["att"] == attention_nstar(32, 128, 64, 0.99, 1.0) and not derived["in_range"]
     assert not law_range(32, 128, 64) and not law_range(256, 512, 64) and not law_range(256, 128, 512)
     assert not law_range(512, 256, 32, 0.99, True)               # the law says a dozen samples: below MIN_N
+    assert attention_law(64, 16, 128, 0.9) > 2 ** 18 and not law_range(64, 16, 128, 0.9)   # beyond the grid's largest N
     assert not capacity_law(512, 256, 32, 1.0)["in_range"]

@@ -29,6 +29,7 @@ k_self_beta          beta_exact = z . D / z . k_inf - 1 (N-independent)
 k_noise_moments      the moments Q[psi], Q[K] + Q[K, K^swap], Q[s], Q[psi, s] for both forms
 k_noise_variance     E Q(dk, dk) at N from those moments (both forms)
 excess_noise_mean    X of E[k | N] alone (the self-term's noise, chapter 5's B/(N+beta)^2, exactly)
+fluctuation_coefficients  (F1, F2): N^2 Var = F1 N + F2 + O(1/N)
 batch_check          the token-score noise over simulated batches against the formula (chapter 5's check)
 """
 
@@ -172,11 +173,22 @@ def excess_noise_mean(problem: Problem, N: int) -> float:
     return zz * (1 / score_stats(problem, k_mean(problem, N))["r"] ** 2 - 1 / r_inf ** 2)
 
 
+def fluctuation_coefficients(moments: dict, form: str = "perp") -> tuple[float, float]:
+    """(F1, F2) with N^2 E Q(dk, dk) = F1 N + F2 + O(1/N) for the form (`k_noise_moments`'s units):
+    F1 = Q[psi], F2 = Q[K] + Q[K, K^swap] - 3 Q[psi] + 2 Q[psi, s] (the whole 1/N^2 coefficient of the
+    variance formula, not only the pair moments)."""
+    if form not in moments:
+        raise ValueError(f"form must be one of {', '.join(moments)}, got {form!r}")
+    m = moments[form]
+    return m["psi"], m["pair"] - 3 * m["psi"] + 2 * m["cross"]
+
+
 def batch_check(problem: Problem, moments: dict, N: int, batches: int = 40, seed: int = 0) -> dict:
     """The token-score noise of k over `batches` independent batches of N samples (limit mode), against
     the formula: {"pred": k_noise_variance(moments, N)["perp"], "measured": array of Var_j(e_j . dk_perp)
     per batch (dk from the exact mean `margins.k_mean`), "share": the part psi/N of pred, "vs_self":
-    (F1 N + F2) / B, the fluctuation against chapter 5's self-term noise B}; units of mu_inf^2 / |z|^2."""
+    (F1 N + F2) / B with `fluctuation_coefficients`, the fluctuation against chapter 5's self-term noise B};
+    units of mu_inf^2 / |z|^2."""
     import numpy as np
     from ..learning.schedule import three_steps
     from ..theory import imbalance_noise
@@ -189,5 +201,6 @@ def batch_check(problem: Problem, moments: dict, N: int, batches: int = 40, seed
                          (three_steps(problem, sample_batch(problem, N, seed + b), mode="limit").k - k_m for b in range(batches))])
     pred = k_noise_variance(moments, N)
     cfg = problem.cfg
+    F1, F2 = fluctuation_coefficients(moments)
     return {"pred": pred["perp"], "measured": measured, "share": pred["perp_leading"] / pred["perp"],
-            "vs_self": (moments["perp"]["psi"] * N + moments["perp"]["pair"]) / imbalance_noise(cfg.V, cfg.d, cfg.L)}
+            "vs_self": (F1 * N + F2) / imbalance_noise(cfg.V, cfg.d, cfg.L)}

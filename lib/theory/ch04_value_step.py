@@ -106,14 +106,15 @@ def step1_bag_rule_accuracy(L: int, V: int, samples: int = 100_000, seed: int = 
 
 def trigger_self_bias(V: int, d: int, L: int) -> float:
     """beta = V (1 + (L - 1)/d) - 1 (chapter 5): the pairs of a sample with itself give E[k | N] a part
-    (beta + 1)/N kappa z along the trigger, so the trigger's bonus is mu(N) ~ kappa |z|^2 (1 + beta/N).
+    D/N whose trigger component is (1 + beta) mu_inf / N, so the trigger's bonus is mu(N) = mu_inf (1 + beta/N).
     The same factor multiplies the trigger part of every token's score, so it does not change the
-    signal-to-noise ratio by itself. The book derives 1 + L/d + O(1/d) (leading order in L/d); the
-    O(1/d) part, which matters only for short sequences, is measured where it can be told apart from
-    the scatter between problems (short L, small d): averaged over 800 problems the exact beta (from
-    `lib.analysis.margins.k_self_term`) is V (1 + (L - 1)/d) - 1 within 1 standard error at
-    (V, d, L) = (64, 16, 2) and (64, 8, 4), and 4.6 to 6.6 standard errors from (L - 2)/d and L/d.
-    At d <= 4 terms of order V/d^2 show (c = 3.5 +- 1 at (32, 4, 3))."""
+    signal-to-noise ratio by itself. beta is defined against mu_inf = z . k_inf (z . D = (1 + beta) mu_inf).
+    The book derives z . D ~ V (1 + L/d) kappa |z|^2 (leading order); mu_inf itself exceeds kappa |z|^2 by
+    about 1 + 1/d, which leaves (L - 1)/d. Measured where it can be told apart from the scatter between
+    problems (short L, small d): averaged over 800 problems the exact beta (from
+    `lib.analysis.margins.k_self_term`) is within 2 standard errors of V (1 + (L - 1)/d) - 1 at
+    (V, d, L) = (64, 16, 2) and (64, 8, 4), and 4.6 to 6.6 from (L - 2)/d and L/d. At d <= 4 terms of
+    order V/d^2 show."""
     V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
     return V * (1 + (L - 1) / d) - 1
 

@@ -125,16 +125,17 @@ def predicted_attention_nstar(V: int, d: int, L: int, threshold: float = 0.99,
 def excess_noise(N, V: int, d: int, L: int, F1: float, F2: float = 0.0):
     """Excess noise-to-signal X(N) = 1/r^2 - 1/r_inf^2 (|z| = 1) of one batch's k, to first order in its
     fluctuation: (B + F2 + F1 N) / (N + beta)^2, with B = imbalance_noise (the mean's self-term),
-    beta = trigger_self_bias, F1 the per-sample variance of k's first projection and F2 the pair variance
-    (`lib.analysis.k_noise.k_noise_moments(...)["perp"]["psi"]` and `["pair"]`, in units of mu_inf^2).
+    beta = trigger_self_bias, and the fluctuation's variance N^-2 (F1 N + F2) to order 1/N^2 (F1, F2 =
+    `lib.analysis.k_noise.fluctuation_coefficients`, in units of mu_inf^2; F2 is the whole 1/N^2
+    coefficient: the pair moments, -3 F1 and twice the psi-self cross moment).
     The fluctuation falls like F1 / N, the self-term like B / N^2: past N_c = (B + F2) / F1 the 1/N term
     dominates. Accepts an array of N."""
     N = np.asarray(N, float)
     if not (np.isfinite(N) & (N > 0)).all():
         raise ValueError(f"N must be positive and finite, got {N!r}")
-    for name, x in (("F1", F1), ("F2", F2)):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
+    for name, x, low in (("F1", F1, 0.0), ("F2", F2, -math.inf)):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < low:
+            raise ValueError(f"{name} must be a finite number{' >= 0' if low == 0 else ''}, got {x!r}")
     return (imbalance_noise(V, d, L) + F2 + F1 * N) / (N + trigger_self_bias(V, d, L)) ** 2
 
 

@@ -99,14 +99,16 @@ def calibration() -> dict:
 
 def law_range(V: int, d: int, L: int, threshold: float = 0.99, trigger_in_value: bool = False) -> bool:
     """Whether (V, d, L, threshold) lies inside the calibrated range: V, d, L within the grid's bounds,
-    d <= V (the paper's regime), the threshold within the calibrated ones, and the law's N at least
-    MIN_N and finite. Outside it the law is an extrapolation (or, past the wall, says no N is enough)."""
+    d <= V (the paper's regime), the threshold in [0.9, 0.99] (between the two calibrated thresholds,
+    interpolated through r*(L, t)), and the law's N between MIN_N and the grid's largest N (2^18: the
+    calibration kept only points that every problem reached by then). Outside it the law is an
+    extrapolation (or, past the wall, says no N is enough)."""
     V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
     threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
     r = calibration()["range"]
     inside = (r["V"][0] <= V <= r["V"][1] and r["d_over_V"][0] * V <= d <= r["d_over_V"][1] * V
               and r["L"][0] <= L <= r["L"][1] and r["threshold"][0] <= threshold <= r["threshold"][1])
-    return inside and MIN_N <= attention_law(V, d, L, threshold, trigger_in_value) < math.inf
+    return inside and MIN_N <= attention_law(V, d, L, threshold, trigger_in_value) <= calibration()["provenance"]["search"]["n_max"]
 
 
 def attention_law(V: int, d: int, L: int, threshold: float = 0.99, trigger_in_value: bool = False,
