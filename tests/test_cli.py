@@ -115,9 +115,12 @@ def test_nstar_seeds_default_to_three(capsys):
 @pytest.mark.parametrize("bad,name", [(["--V", "0"], "V"), (["--d", "-1"], "d"), (["--L", "0"], "L"),
                                       (["--N", "abc"], "N"), (["--model", "foo"], "model"),
                                       (["--mode", "fast"], "mode"), (["--tau", "nan"], "tau"),
-                                      (["--seeds", "0"], "seeds"), (["--activation", "tanh"], "activation"),
-                                      (["--mlp-input", "cube"], "mlp_input"), (["--eta", "0"], "eta"),
-                                      (["--attn-scale", "-1"], "attn_scale"), (["--n-test", "0"], "n_test")])
+                                      (["--seeds", "0"], "seeds"),
+                                      (["--model", "mlp", "--m", "8", "--activation", "tanh"], "activation"),
+                                      (["--model", "mlp", "--m", "8", "--mlp-input", "cube"], "mlp_input"),
+                                      (["--mode", "finite", "--eta", "0"], "eta"),
+                                      (["--mode", "finite", "--attn-scale", "-1"], "attn_scale"),
+                                      (["--n-test", "0"], "n_test")])
 def test_train_bad_values_exit_2_with_one_line(capsys, bad, name):
     base = {"--V": "16", "--d": "8", "--L": "4", "--N": "64"}
     for i in range(0, len(bad), 2):
@@ -145,6 +148,34 @@ def test_m_is_refused_for_the_attention_model(cmd):
     proc = subprocess.run([sys.executable, "-m", "lib", cmd[0], "--model", "attn", "--V", "16", "--d", "8",
                            "--L", "4", "--m", "32", *cmd[1:]], capture_output=True, text=True)
     assert proc.returncode == 2 and "--m" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("cmd", ["train", "nstar", "sweep"])
+@pytest.mark.parametrize("flags,named", [
+    (["--activation", "relu"], "--activation"), (["--activation", "he3"], "--activation"),
+    (["--mlp-input", "raw"], "--mlp-input"),
+    (["--eta", "0.5"], "--eta"), (["--gamma-w", "7"], "--gamma-w"), (["--gamma-v", "20"], "--gamma-v"),
+    (["--attn-scale", "3"], "--attn-scale"), (["--mode", "limit", "--eta", "0.5"], "--eta"),
+])
+def test_flags_that_do_not_apply_are_refused(capsys, tmp_path, cmd, flags, named):
+    """An MLP setting with the attention-only model, or a step size in the limit mode (which takes
+    none), changes no number but would change the cache key: refused, exit 2, one line naming the
+    flag, before anything is computed or written."""
+    cache = tmp_path / "c.jsonl"
+    extra = {"train": ["--N", "64"], "nstar": ["--cache", str(cache)], "sweep": ["--cache", str(cache)]}[cmd]
+    rc, out, err = cli(capsys, cmd, *SMALL, *extra, *flags)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and named in err, err
+    assert not cache.exists()
+
+
+def test_the_same_flags_apply_where_they_mean_something(capsys):
+    """The refusal is about the setting, not the flag: with --model mlp / --mode finite they run."""
+    rc, _, err = cli(capsys, "train", *SMALL, "--N", "64", "--model", "mlp", "--m", "8", "--activation", "relu",
+                     "--mlp-input", "raw")
+    assert rc == 0, err
+    rc, _, err = cli(capsys, "train", *SMALL, "--N", "64", "--mode", "finite", "--eta", "0.5", "--gamma-v", "20",
+                     "--attn-scale", "3")
+    assert rc == 0, err
 
 
 @pytest.mark.parametrize("args,name", [
