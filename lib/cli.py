@@ -1,7 +1,8 @@
 """The command line: `python -m lib train | nstar | sweep ...` (the contract in the README).
 
 `sweep` takes several values for --V, --d, --L and --m, runs N* for every point of their grid
-(`lib.experiments.sweep`), resumable through --cache and parallel through --jobs; with --json it prints one JSON
+(`lib.experiments.sweep`), resumable through --cache and parallel through --jobs (processes here) or
+--backend dask [--scheduler ADDRESS] (a Dask cluster); with --json it prints one JSON
 object per grid point, in grid order (the last flag varies fastest: V, then d, then L, then m).
 
 Invalid values exit with status 2 and one line naming the parameter, e.g.
@@ -102,8 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--n-min", type=int, default=None, help="first N tried (default V)")
     w.add_argument("--n-max", type=int, default=2 ** 20, help="give up above this N (default 2^20)")
     _add_search_args(w)
-    w.add_argument("--jobs", type=int, default=1, help="worker processes (joblib; -1: all cores; default 1)")
-    w.add_argument("--backend", default=None, help="joblib backend for --jobs (default loky; e.g. dask, ray)")
+    w.add_argument("--jobs", type=int, default=1,
+                   help="worker processes (-1: all cores; default 1); with --backend dask: the local cluster's")
+    w.add_argument("--backend", default=None,
+                   help=f"where --jobs run: {', '.join(sweep_engine.BACKENDS)} (default loky: processes here; "
+                        "dask: a Dask cluster, local or at --scheduler)")
+    w.add_argument("--scheduler", default=None,
+                   help="with --backend dask: the address of a running Dask scheduler (tcp://host:8786) to join "
+                        "instead of starting a local cluster")
     w.add_argument("--progress", action="store_true", help="a progress bar over grid points on stderr")
     return parser
 
@@ -155,7 +162,7 @@ def _sweep(a) -> None:
     points = sweep_engine.sweep(configs, threshold=a.threshold, seeds=a.seeds, seed=a.seed, mode=a.mode,
                                 step_sizes=_step_sizes(a), n_min=a.n_min, n_max=a.n_max,
                                 resolution=a.resolution, n_test=a.n_test, cache=a.cache, jobs=a.jobs,
-                                progress=a.progress, backend=a.backend)
+                                progress=a.progress, backend=a.backend, scheduler=a.scheduler)
     for p in points:
         if a.json:
             print(json.dumps(p.as_dict()))

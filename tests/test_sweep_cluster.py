@@ -1,15 +1,24 @@
-"""Sweeps past one process: concurrent sweeps over one cache compute every point once, and a
-claim dies with the process that held it."""
+"""Sweeps past one process: a Dask cluster (local, or joined by address) gives the numbers of one
+job and resumes after a kill; the workers a sweep started die with it (SIGKILL to the parent leaves
+no process computing and no line appended); concurrent sweeps over one cache compute every point
+once, and a claim dies with the process that held it."""
+import json
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
+import warnings
 
+import psutil
 import pytest
 
 import lib
 from lib.experiments.store import Store, point_prefix
 from lib.experiments.sweep import grid, sweep
+
+distributed = pytest.importorskip("distributed", reason="dask[distributed] is in requirements.txt")
 
 BASE = lib.TaskConfig(V=16, d=32, L=4, trigger_in_value=False, device="cpu")
 FAST = dict(seeds=3, n_test=512, threshold=0.9)
@@ -35,6 +44,104 @@ def lines(path):
 def slow_reference():
     """The SLOW grid with one job, in this process: what every other route must give."""
     return [p.as_dict() for p in sweep(SLOW_CONFIGS, **SLOW_KW)]
+
+
+def kill_mid_sweep(cmd, cache, at_least):
+    """Start `cmd`, SIGKILL it (the parent only) once `cache` has `at_least` lines; the pids of its
+    descendants at that moment and the number of lines then."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and lines(cache) < at_least:
+        time.sleep(0.02)
+    kids = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(30) == -signal.SIGKILL                          # killed, not finished
+    return kids
+
+
+def assert_all_gone(kids, cache, within=10.0):
+    """Every process in `kids` ends within `within` seconds, and the store then stops growing."""
+    gone, alive = psutil.wait_procs(kids, timeout=within)
+    for p in alive:                                                   # leave nothing behind, then fail
+        p.kill()
+    assert not alive, f"still running {within} s after the parent's SIGKILL: {[p.pid for p in alive]}"
+    before = lines(cache)
+    time.sleep(1.0)
+    assert lines(cache) == before                                     # nobody appends any more
+
+
+# ----------------------------------------------------------------------------- Dask
+
+def test_a_dask_cluster_joined_by_address_gives_the_numbers_of_one_job(tmp_path):
+    """A two-worker LocalCluster over loopback (processes, one thread each), joined by its address
+    as `--scheduler` would: every grid point runs on its workers, and the points equal --jobs 1."""
+    cs = grid(BASE, d=[24, 32], L=[4, 6])
+    serial = sweep(cs, **FAST)
+    cache = str(tmp_path / "p.jsonl")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        with distributed.get_task_stream(client) as stream:
+            got = sweep(cs, backend="dask", scheduler=cluster.scheduler_address, cache=cache, **FAST)
+        workers = {t["worker"] for t in stream.data}
+        pids = client.run(os.getpid)
+    assert strip(got) == strip(serial)
+    assert len(stream.data) == len(cs) and workers <= set(pids) and os.getpid() not in pids.values()
+    assert sum(p.computed for p in got) == lines(cache) == sum(len(p.points) for p in serial)
+
+
+def test_a_killed_dask_sweep_leaves_no_worker_and_resumes(tmp_path, slow_reference):
+    """`--backend dask --jobs 2` starts its own LocalCluster; SIGKILL to the command ends its workers
+    within seconds (no line appended after), and the same command then finishes the grid from the
+    store, computing only what is missing, with the numbers of --jobs 1."""
+    cache = str(tmp_path / "points.jsonl")
+    cmd = [sys.executable, "-m", "lib", "sweep", *SLOW, "--backend", "dask", "--jobs", "2", "--cache", cache]
+    total = sum(len(p["points"]) for p in slow_reference)
+    kids = kill_mid_sweep(cmd, cache, at_least=3)
+    assert len(kids) >= 2                                             # the two worker processes, at least
+    assert_all_gone(kids, cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                               # a record cut by the kill is allowed
+        done = len(Store(cache))
+    assert 0 < done < total
+    out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    resumed = [json.loads(line) for line in out.stdout.splitlines()]
+    assert strip(resumed) == strip(slow_reference)
+    assert sum(p["computed"] for p in resumed) == total - done        # nothing finished is recomputed
+
+
+def test_cli_dask_errors_are_one_line(monkeypatch, capsys):
+    """No cluster at the address: one line naming the scheduler, after the connect timeout."""
+    from lib.cli import main
+    monkeypatch.setattr(lib.experiments.sweep, "CONNECT_TIMEOUT", "1s")
+    rc = main(["sweep", "--V", "16", "--d", "8", "--L", "4", "--device", "cpu", "--backend", "dask",
+               "--scheduler", "tcp://127.0.0.1:9"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "scheduler tcp://127.0.0.1:9" in err, err
+
+
+def test_help_offers_the_backends_that_run_here(capsys):
+    """--help lists what --backend accepts (each one run by a test), and nothing untested (ray)."""
+    from lib.cli import main
+    with pytest.raises(SystemExit) as exit_:
+        main(["sweep", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert exit_.value.code == 0 and "loky, threading, dask" in out and "--scheduler" in out
+    assert "ray" not in out.lower().replace("array", "")
+
+
+# ----------------------------------------------------------------------------- workers die with the parent
+
+def test_loky_workers_die_with_their_parent(tmp_path, slow_reference):
+    """`--jobs 2` (loky): SIGKILL to the command while its workers compute ends every process it
+    started within seconds, and the store stops growing (without the workers' watchdog they went on
+    through the whole grid, appending)."""
+    cache = str(tmp_path / "points.jsonl")
+    cmd = [sys.executable, "-m", "lib", "sweep", *SLOW, "--jobs", "2", "--cache", cache]
+    kids = kill_mid_sweep(cmd, cache, at_least=3)
+    assert len(kids) >= 2
+    assert_all_gone(kids, cache)
+    assert lines(cache) < sum(len(p["points"]) for p in slow_reference)   # the grid was not finished
 
 
 # ----------------------------------------------------------------------------- concurrent sweeps
