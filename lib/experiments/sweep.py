@@ -325,9 +325,10 @@ def _dask_run(configs, store, prefixes, opts, parent, jobs, scheduler):
 
 
 def _own_workers(backend, jobs, scheduler) -> bool:
-    """Are the worker processes started by this sweep, as children of this process? loky and
-    (loky by name, or either as joblib's active backend) and the dask LocalCluster: yes; threads,
-    a cluster joined by address, or a user's other joblib backend: no (their workers are not ours)."""
+    """Are the worker processes started by this sweep, as children of this process? loky (by name,
+    or as joblib's active backend), joblib's multiprocessing (as the active backend) and the dask
+    LocalCluster: yes. Threads, a cluster joined by address, or a user's other joblib backend: no
+    (those workers are not ours to end)."""
     if backend == "dask":
         return scheduler is None
     if jobs == 1 and backend is None:
