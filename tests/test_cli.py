@@ -182,9 +182,16 @@ def test_the_same_flags_apply_where_they_mean_something(capsys):
     (["--V", "1024", "--d", "256", "--L", "64", "--N", "1000000000"], "N = 1000000000"),          # 261 GiB of ids
     (["--V", "10000000", "--d", "256", "--L", "8", "--N", "100"], "V = 10000000"),                # 38 GiB of embeddings
     (["--V", "100000000", "--d", "4096", "--L", "1000000", "--N", "1000000000000"], "V = 100000000"),
+    (["--V", "16", "--d", "1000000000", "--L", "4", "--N", "100"], "d = 1000000000"),                 # 253 GiB
+    (["--V", "16", "--d", "8", "--L", "1000000000", "--N", "1000"], "L = 1000000000"),                 # 3.6 TiB
+    (["--V", "16", "--d", "8", "--L", "4", "--N", "100", "--n-test", "1000000000000"], "n_test = 1000000000000"),
+    (["--V", "16", "--d", "8", "--L", "4", "--N", "100", "--model", "mlp", "--m", "1000000000"], "m = 1000000000"),
+    (["--V", "16", "--d", "8", "--L", "4", "--N", "100", "--noise-vocab", "10000000000"], "noise_vocab = 10000000000"),
 ])
 def test_what_cannot_fit_is_refused_before_it_is_allocated(capsys, args, name):
-    """Measured against the memory still available (MemAvailable), not after a failed allocation."""
+    """Measured against the memory still available (MemAvailable), not after a failed allocation;
+    the error names the parameter that makes it large (d, L, the test set, the MLP width, the
+    noise vocabulary), not the one that happens to be checked."""
     avail = lib.core.config.available_memory()
     if avail is None or avail > 2 ** 35:
         pytest.skip("the available memory is unknown here, or large enough to try")

@@ -193,7 +193,7 @@ def test_a_joblib_backend_context_runs_the_sweep_and_keeps_the_callers_threads()
     import torch
     cs = grid(BASE, d=[24, 32])
     threads = torch.get_num_threads()
-    with joblib.parallel_backend("threading"):                   # the same one line as "dask" or "ray"
+    with joblib.parallel_backend("threading"):                   # the same one line as any joblib backend
         got = sweep(cs, jobs=2, **FAST)
     assert same(got) == same(sweep(cs, **FAST)) and torch.get_num_threads() == threads
     assert same(sweep(cs, jobs=2, backend="threading", **FAST)) == same(got)      # the same, by name

@@ -130,6 +130,20 @@ def test_help_offers_the_backends_that_run_here(capsys):
     assert "ray" not in out.lower().replace("array", "")
 
 
+@pytest.mark.parametrize("backend", [None, "dask"])
+def test_more_workers_than_memory_are_refused_before_any_starts(backend):
+    """jobs is capped at the number of configurations (no idle workers), and a number of worker
+    processes that cannot fit in the memory available is refused, naming jobs, before one starts."""
+    avail = lib.core.config.available_memory()
+    configs = grid(BASE, V=range(16, 1016))                           # 1000 configurations
+    if avail is None or avail > 1000 * lib.experiments.sweep.WORKER_BYTES:
+        pytest.skip("the available memory is unknown here, or large enough for 1000 workers")
+    before = psutil.Process().children(recursive=True)
+    with pytest.raises(ValueError, match=r"^jobs = 1000 needs about .* GiB for 1000 worker processes"):
+        sweep(configs, jobs=10 ** 6, backend=backend, **FAST)
+    assert psutil.Process().children(recursive=True) == before
+
+
 # ----------------------------------------------------------------------------- workers die with the parent
 
 def test_loky_workers_die_with_their_parent(tmp_path, slow_reference):

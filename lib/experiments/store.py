@@ -299,8 +299,8 @@ class Store:
     @contextlib.contextmanager
     def claim(self, prefix: dict, N: int):
         """Hold the point (prefix, N) for this process: an exclusive flock on its file in
-        `<cache>.claims/`, waiting while another process holds it. Memory-only stores, and a folder
-        where the claims cannot be made (read-only), claim nothing."""
+        `<cache>.claims/`, waiting while another process holds it. Memory-only stores, a folder where
+        the claims cannot be made (read-only) and a filesystem without locks claim nothing."""
         if self.path is None:
             yield
             return
@@ -313,7 +313,10 @@ class Store:
             yield
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:                               # a filesystem without locks: no claim, no harm
+                pass                                      # (the point may then be computed twice)
             yield
         finally:
             os.close(fd)                                  # releases the lock

@@ -69,7 +69,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .capacity import nstar as nstar_search
-from ..core.config import TaskConfig, check_bool, check_float, check_int
+from ..core.config import TaskConfig, check_bool, check_float, check_int, check_memory
 from ..learning.evaluate import N_TEST
 from ..core.seed import generator, get_draw, set_draw
 from ..core.steps import StepSizes
@@ -80,6 +80,8 @@ BOOTSTRAP = 2000                       # resamples of the seeds for the N* inter
 BACKENDS = ("loky", "threading", "dask")    # the backends sweep() accepts by name
 WATCH_SECONDS = 0.1                    # how often a worker checks that its parent is alive
 CONNECT_TIMEOUT = "20s"                # how long to try to reach a Dask scheduler given by address
+WORKER_BYTES = 380 * 2 ** 20           # one worker process before its first point: Python with torch
+                                       # (measured: 347-416 MiB RSS, bench/bench_point.py)
 
 
 def grid(base: TaskConfig, **axes) -> list[TaskConfig]:
@@ -222,7 +224,9 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
           training=None) -> list[SweepPoint]:
     """N* of every configuration, in input order (see the module docstring for store and parallelism).
 
-    jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores): joblib with `backend`
+    jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores; never more workers than
+    configurations, and refused when that many worker processes cannot fit in the memory
+    available): joblib with `backend`
     (one of BACKENDS; default: joblib's current one, loky processes unless a `joblib.parallel_backend`
     context says otherwise). backend="dask": a LocalCluster of `jobs` workers, or the cluster at
     `scheduler` (an address such as "tcp://10.0.0.1:8786"; then jobs must be 1, the cluster's
@@ -260,6 +264,10 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
                 for c in configs]                                     # validates seeds, seed, mode, n_test, step_sizes
     opts = dict(threshold=threshold, seeds=seeds, seed=seed, n_min=n_min, n_max=n_max, mode=mode,
                 n_test=n_test, resolution=resolution, step_sizes=step_sizes, training=training, draw=get_draw())
+    if jobs != 1 and _own_workers(backend, jobs, scheduler):
+        jobs = min((os.cpu_count() or 1) if jobs == -1 else jobs, max(1, len(configs)))   # no idle workers
+        check_memory("jobs", jobs, jobs * WORKER_BYTES, f"{jobs} worker processes (Python with torch, "
+                     f"{WORKER_BYTES / 2 ** 20:.0f} MiB each before their first point)")
     store = Store(cache)
     from tqdm import tqdm
     bar = tqdm(total=len(configs), desc="N* sweep", unit="point", disable=not progress)
