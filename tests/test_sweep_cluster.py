@@ -160,6 +160,18 @@ def test_loky_workers_die_with_their_parent(tmp_path, slow_reference):
 
 # ----------------------------------------------------------------------------- concurrent sweeps
 
+def test_a_task_reaching_a_worker_after_its_parent_died_ends_the_worker():
+    """The parent of a worker can die while the worker still imports; the task it then receives
+    must not run: _die_with_parent of a parent that is gone ends the process at once (status 1,
+    nothing after it runs), and a live parent starts the watchdog and returns."""
+    code = ("import os, sys, lib.experiments.sweep as s; s._die_with_parent(os.getppid()); print('watching'); "
+            "sys.stdout.flush(); gone = subprocess.Popen(['true']); gone.wait(); "
+            "s._watched = None; s._die_with_parent(gone.pid); print('computed anyway')")
+    out = subprocess.run([sys.executable, "-c", "import subprocess; " + code], capture_output=True, text=True,
+                         env=ENV, timeout=120)
+    assert out.returncode == 1 and out.stdout.split() == ["watching"], (out.returncode, out.stdout, out.stderr)
+
+
 def _sweep_at_once(barrier, queue, cache):
     barrier.wait(60)                                                  # both start computing together
     queue.put([p.as_dict() for p in sweep(SLOW_CONFIGS, cache=cache, **SLOW_KW)])

@@ -354,22 +354,38 @@ _watched: int | None = None                    # the parent pid this process's w
 def _die_with_parent(parent: int) -> None:
     """End this worker process when `parent`, the process that started it, is gone: at once if it
     is gone already (a task can arrive after its sender died), else from a daemon thread (started
-    once per process) that polls os.getppid(): a child outliving its parent is re-parented, and
-    os.getppid() changes (no pid reuse can fool this). os._exit: no cleanup that could block or
-    append; the store's line in flight is one os.write, written whole or not at all."""
+    once per process) polling every WATCH_SECONDS. A direct child (loky's workers, the
+    LocalCluster's under the default "spawn") watches os.getppid(): a child outliving its parent is
+    re-parented, so it changes, and no pid reuse can fool this; a worker started through an
+    intermediary (a "forkserver") watches whether the pid still exists. os._exit: no cleanup that
+    could block or append; the store's line in flight is one os.write, written whole or not at all."""
     global _watched
-    if os.getppid() != parent:
+    direct = os.getppid() == parent
+    if not _alive(parent, direct):
         os._exit(1)
     if _watched == parent:
         return
     _watched = parent
 
     def watch():
-        while os.getppid() == parent:
+        while _alive(parent, direct):
             time.sleep(WATCH_SECONDS)
         os._exit(1)
 
     threading.Thread(target=watch, name="lib-sweep-parent-watchdog", daemon=True).start()
+
+
+def _alive(pid: int, direct: bool) -> bool:
+    """Is the process `pid` still there (our parent when `direct`)?"""
+    if direct:
+        return os.getppid() == pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                        # exists, under another user
+        return True
+    return True
 
 
 def table(points: list[SweepPoint]) -> dict[str, np.ndarray]:
