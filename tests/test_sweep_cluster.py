@@ -42,8 +42,15 @@ def lines(path):
 
 @pytest.fixture(scope="module")
 def slow_reference():
-    """The SLOW grid with one job, in this process: what every other route must give."""
-    return [p.as_dict() for p in sweep(SLOW_CONFIGS, **SLOW_KW)]
+    """The SLOW grid with one job, in this process (one torch thread, as every worker): what every
+    other route must give."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [p.as_dict() for p in sweep(SLOW_CONFIGS, **SLOW_KW)]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def kill_mid_sweep(cmd, cache, at_least):

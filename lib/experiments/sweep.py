@@ -29,8 +29,8 @@ workers (`dask worker tcp://host:8786` on each machine) must import this `lib` a
 file under the same path (a shared filesystem). A user's own `with joblib.parallel_backend(...)`
 context (any joblib backend, after its setup) is used when backend=None and jobs != 1.
 
-Workers die with their parent. A worker process the sweep started (loky, joblib's multiprocessing, or the
-LocalCluster's) is a child of the sweeping process; it runs a watchdog thread that polls
+Workers die with their parent. A worker process the sweep started (loky, joblib's multiprocessing,
+or the LocalCluster's) is a child of the sweeping process; it runs a watchdog thread that polls
 `os.getppid()` every 0.1 s and ends the worker (`os._exit`) once the parent is gone, and a task
 that reaches a worker after its parent died ends the worker before it computes anything. So a
 parent killed by SIGKILL leaves no worker computing or appending (the store's line in flight is one
@@ -226,9 +226,9 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
 
     jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores; never more workers than
     configurations, and refused when that many worker processes cannot fit in the memory
-    available): joblib with `backend`
-    (one of BACKENDS; default: joblib's current one, loky processes unless a `joblib.parallel_backend`
-    context says otherwise). backend="dask": a LocalCluster of `jobs` workers, or the cluster at
+    available): joblib with `backend` (one of BACKENDS; default: joblib's current one, loky
+    processes unless a `joblib.parallel_backend` context says otherwise).
+    backend="dask": a LocalCluster of `jobs` workers, or the cluster at
     `scheduler` (an address such as "tcp://10.0.0.1:8786"; then jobs must be 1, the cluster's
     workers decide). progress: a tqdm bar over grid points on stderr. training: a
     `lib.learning.trainer.TrainSpec` (with mode="finite") sweeps the N* of the trained model instead;
@@ -311,10 +311,18 @@ def _dask_run(configs, store, prefixes, opts, parent, jobs, scheduler):
     cluster = None
     if scheduler is None:
         n = (os.cpu_count() or 1) if jobs == -1 else jobs
-        logging.getLogger("distributed").setLevel(logging.ERROR)     # no start/stop chatter on stderr
-        cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                           dashboard_address=None)
-        client = distributed.Client(cluster)
+        log = logging.getLogger("distributed")
+        level = log.level
+        log.setLevel(logging.ERROR)                                   # no start/stop chatter on stderr
+        try:
+            cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                               host="127.0.0.1", dashboard_address=None)
+            client = distributed.Client(cluster)
+        except BaseException:
+            if cluster is not None:
+                cluster.close()
+            log.setLevel(level)
+            raise
     else:
         try:
             client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT)
@@ -330,6 +338,7 @@ def _dask_run(configs, store, prefixes, opts, parent, jobs, scheduler):
         client.close()
         if cluster is not None:
             cluster.close()
+            log.setLevel(level)
 
 
 def _own_workers(backend, jobs, scheduler) -> bool:
