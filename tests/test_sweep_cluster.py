@@ -180,6 +180,8 @@ def test_a_task_reaching_a_worker_after_its_parent_died_ends_the_worker():
 
 
 def _sweep_at_once(barrier, queue, cache):
+    import torch
+    torch.set_num_threads(1)                                          # two processes, one core each
     barrier.wait(60)                                                  # both start computing together
     queue.put([p.as_dict() for p in sweep(SLOW_CONFIGS, cache=cache, **SLOW_KW)])
 
@@ -195,7 +197,7 @@ def test_two_concurrent_sweeps_compute_every_point_once(tmp_path, slow_reference
     procs = [ctx.Process(target=_sweep_at_once, args=(barrier, queue, cache)) for _ in range(2)]
     for p in procs:
         p.start()
-    results = [queue.get(timeout=300) for _ in procs]
+    results = [queue.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(30)
     total = sum(len(p["points"]) for p in slow_reference)
