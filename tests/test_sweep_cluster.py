@@ -79,21 +79,47 @@ def assert_all_gone(kids, cache, within=10.0):
 
 # ----------------------------------------------------------------------------- Dask
 
-def test_a_dask_cluster_joined_by_address_gives_the_numbers_of_one_job(tmp_path):
+# two grid points of 17 evaluated N's each (d = 4, 5: the threshold is never reached, the search
+# doubles up to n_max), each N slower than the last: 12 and 25 s per grid point with 20 seeds
+LONG = ["--V", "16", "--d", "4", "5", "--L", "8", "--no-trigger-in-value", "--seeds", "20", "--device", "cpu",
+        "--json"]
+
+
+def _running(dask_worker):
+    """The tasks a Dask worker is running (a cancelled task runs on until it returns)."""
+    return [str(t.key) for t in dask_worker.state.tasks.values() if t.state in ("executing", "cancelled")]
+
+
+def test_a_dask_cluster_joined_by_address_gives_the_numbers_of_one_job_and_drops_a_killed_sweep(tmp_path):
     """A two-worker LocalCluster over loopback (processes, one thread each), joined by its address
-    as `--scheduler` would: every grid point runs on its workers, and the points equal --jobs 1."""
+    as `--scheduler` does: every grid point runs on its workers, and the points equal --jobs 1.
+    A sweep killed (SIGKILL) while its tasks run there leaves the cluster's workers alive, and its
+    tasks stop before their next point: within seconds no task of it runs on the workers and no line
+    is appended (without the check each task went on to the end of its grid point: 12-25 s here)."""
     cs = grid(BASE, d=[24, 32], L=[4, 6])
     serial = sweep(cs, **FAST)
-    cache = str(tmp_path / "p.jsonl")
+    cache, killed_cache = str(tmp_path / "p.jsonl"), str(tmp_path / "killed.jsonl")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                                   dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         with distributed.get_task_stream(client) as stream:
             got = sweep(cs, backend="dask", scheduler=cluster.scheduler_address, cache=cache, **FAST)
         workers = {t["worker"] for t in stream.data}
         pids = client.run(os.getpid)
+        cmd = [sys.executable, "-m", "lib", "sweep", *LONG, "--backend", "dask", "--scheduler",
+               cluster.scheduler_address, "--cache", killed_cache]
+        kill_mid_sweep(cmd, killed_cache, at_least=20)
+        deadline = time.time() + 10
+        while time.time() < deadline and any(client.run(_running).values()):
+            time.sleep(0.2)
+        still = {w: keys for w, keys in client.run(_running).items() if keys}
+        stopped = lines(killed_cache)
+        time.sleep(1.0)
+        assert client.run(os.getpid) == pids                          # the cluster's workers are left alone
     assert strip(got) == strip(serial)
     assert len(stream.data) == len(cs) and workers <= set(pids) and os.getpid() not in pids.values()
     assert sum(p.computed for p in got) == lines(cache) == sum(len(p.points) for p in serial)
+    assert not still, f"tasks of the killed sweep still running 10 s after: {still}"
+    assert lines(killed_cache) == stopped < 2 * 17                    # nothing appended after, grid unfinished
 
 
 def test_a_killed_dask_sweep_leaves_no_worker_and_resumes(tmp_path, slow_reference):

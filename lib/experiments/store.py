@@ -252,6 +252,7 @@ class Store:
         self.bad_lines: list[int] = []                    # 1-based line numbers rejected at load
         self.offset = _offset                             # bytes of the file read so far (whole lines)
         self.only = _only                                 # a subset's one prefix: refresh keeps only it
+        self.guard = None                                 # called before each claim: raises to stop the work
         if _data is not None:
             self.data = _data
         elif self.path is not None and os.path.exists(self.path):
@@ -300,7 +301,10 @@ class Store:
     def claim(self, prefix: dict, N: int):
         """Hold the point (prefix, N) for this process: an exclusive flock on its file in
         `<cache>.claims/`, waiting while another process holds it. Memory-only stores, a folder where
-        the claims cannot be made (read-only) and a filesystem without locks claim nothing."""
+        the claims cannot be made (read-only) and a filesystem without locks claim nothing. The
+        store's `guard` (if set) is called first: it raises when the work is no longer wanted."""
+        if self.guard is not None:
+            self.guard()
         if self.path is None:
             yield
             return

@@ -35,8 +35,10 @@ or the LocalCluster's) is a child of the sweeping process; it runs a watchdog th
 that reaches a worker after its parent died ends the worker before it computes anything. So a
 parent killed by SIGKILL leaves no worker computing or appending (the store's line in flight is one
 `os.write`: written whole or not at all). Workers of a cluster joined by address belong to that
-cluster and are left alone: there a killed sweep's running tasks finish their grid point and the
-scheduler drops the rest.
+cluster and are left running; there the scheduler cancels a killed sweep's tasks (about a second
+after its client is gone), a task not started never starts, and a running one checks before each
+point it would compute (`Store.guard`) and stops: at most the point in flight per worker is
+appended after the kill.
 
 Concurrent sweeps share work. Before computing a point, a worker claims it (an exclusive flock on
 a file of `<cache>.claims/`, one per point) and re-reads what other processes appended to the store
@@ -197,6 +199,8 @@ def _one(cfg: TaskConfig, store: Store, opts: dict, parent: tuple | None = None)
         set_draw(opts["draw"])                             # the parent's draw, whenever the worker started
         if parent[2] and socket.gethostname() == parent[0]:
             _die_with_parent(parent[1])
+        elif not parent[2]:
+            store.guard = _dask_guard()                    # a cluster's worker: stop when the sweep is gone
     t0 = time.perf_counter()
     res = nstar_search(cfg, opts["threshold"], seeds=opts["seeds"], seed=opts["seed"], n_min=opts["n_min"],
                        n_max=opts["n_max"], mode=opts["mode"], n_test=opts["n_test"],
@@ -339,6 +343,28 @@ def _dask_run(configs, store, prefixes, opts, parent, jobs, scheduler):
         if cluster is not None:
             cluster.close()
             log.setLevel(level)
+
+
+class Abandoned(RuntimeError):
+    """The sweep that asked for a grid point is gone: its task stops before the next point."""
+
+
+def _dask_guard():
+    """On a Dask worker of a cluster the sweep does not own: a check, run before each point is
+    computed, that raises Abandoned once the scheduler has cancelled this task (its client, the
+    sweep, disconnected or was killed: about a second after). None elsewhere."""
+    try:
+        from distributed import get_worker
+        from distributed.worker import thread_state
+        worker, key = get_worker(), thread_state.key
+    except (ImportError, ValueError, AttributeError):
+        return None
+
+    def guard():
+        task = worker.state.tasks.get(key)
+        if task is None or task.state == "cancelled":
+            raise Abandoned(f"grid point task {key}: its sweep is gone; stopping before the next point")
+    return guard
 
 
 def _own_workers(backend, jobs, scheduler) -> bool:
