@@ -1,7 +1,8 @@
 """The command line: `python -m lib train | nstar | sweep ...` (the contract in the README).
 
 `sweep` takes several values for --V, --d, --L and --m, runs N* for every point of their grid
-(`lib.experiments.sweep`), resumable through --cache and parallel through --jobs; with --json it prints one JSON
+(`lib.experiments.sweep`), resumable through --cache and parallel through --jobs (processes here) or
+--backend dask [--scheduler ADDRESS] (a Dask cluster); with --json it prints one JSON
 object per grid point, in grid order (the last flag varies fastest: V, then d, then L, then m).
 
 Invalid values exit with status 2 and one line naming the parameter, e.g.
@@ -15,6 +16,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import fields
 
 from .core import featuremaps
 from .experiments import sweep as sweep_engine
@@ -23,6 +25,9 @@ from .core.config import ACTIVATIONS, EMBEDDINGS, MLP_INPUTS, MODELS, TaskConfig
 from .learning.evaluate import N_TEST
 from .experiments.experiment import METRICS, run
 from .core.steps import MODES, StepSizes
+
+
+DEFAULTS = {f.name: f.default for f in fields(TaskConfig)}   # the defaults the help shows
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -40,9 +45,10 @@ def _add_problem_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
     p.add_argument("--d", type=int, required=True, help="embedding dimension" + each, **many)
     p.add_argument("--L", type=int, required=True, help="sequence length" + each, **many)
     p.add_argument("--m", type=int, default=None, help="MLP width (required for --model mlp)" + each, **many)
-    p.add_argument("--activation", default="he3", help=f"MLP activation: {', '.join(ACTIVATIONS)}")
-    p.add_argument("--mlp-input", default="unit", help=f"MLP input normalisation: {', '.join(MLP_INPUTS)} "
-                   "(default unit: sigma(F o/|o|))")
+    p.add_argument("--activation", default=None, help=f"MLP activation: {', '.join(ACTIVATIONS)} "
+                   f"(default {DEFAULTS['activation']}; --model mlp only)")
+    p.add_argument("--mlp-input", default=None, help=f"MLP input normalisation: {', '.join(MLP_INPUTS)} "
+                   f"(default {DEFAULTS['mlp_input']}: sigma(F o/|o|); --model mlp only)")
     p.add_argument("--embedding", default="gaussian", help=f"one of {', '.join(EMBEDDINGS)}")
     p.add_argument("--tied", action="store_true", help="tie output to input embeddings (u = e)")
     p.add_argument("--tau", type=float, default=1.0, help="trigger scale (z_trig = tau z)")
@@ -53,10 +59,11 @@ def _add_problem_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
     p.add_argument("--mode", default="limit", help=f"one of {', '.join(MODES)} (default limit)")
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--n-test", type=int, default=N_TEST, help=f"fresh test samples per seed (default {N_TEST})")
-    p.add_argument("--eta", type=float, default=StepSizes.eta, help="finite mode: step 1 size at tau <= 1 (divided by tau^2 above)")
+    p.add_argument("--eta", type=float, default=None,
+                   help=f"finite mode: step 1 size at tau <= 1 (divided by tau^2 above; default {StepSizes.eta:g})")
     p.add_argument("--gamma-w", type=float, default=None, help="finite mode: step 2 size (default: normalised)")
-    p.add_argument("--gamma-v", type=float, default=StepSizes.gamma_V, help="finite mode: step 3 size")
-    p.add_argument("--attn-scale", type=float, default=StepSizes.attn_scale,
+    p.add_argument("--gamma-v", type=float, default=None, help=f"finite mode: step 3 size (default {StepSizes.gamma_V:g})")
+    p.add_argument("--attn-scale", type=float, default=None,
                    help=f"finite mode: |W1 q| when --gamma-w is not given (default {StepSizes.attn_scale:g})")
     p.add_argument("--dtype", default="float32", help="float32 or float64")
     p.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda if present)")
@@ -66,8 +73,10 @@ def _add_problem_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
 def _config(a, V=None, d=None, L=None, m=None) -> TaskConfig:
     V, d, L = (a.V if V is None else V), (a.d if d is None else d), (a.L if L is None else L)
     m = a.m if m is None else m
-    return TaskConfig(V=V, d=d, L=L, model=a.model, m=m, activation=a.activation,
-                      mlp_input=a.mlp_input, embedding=a.embedding, tied=a.tied, tau=a.tau, trigger_in_value=a.trigger_in_value,
+    return TaskConfig(V=V, d=d, L=L, model=a.model, m=m,
+                      activation=DEFAULTS['activation'] if a.activation is None else a.activation,
+                      mlp_input=DEFAULTS['mlp_input'] if a.mlp_input is None else a.mlp_input,
+                      embedding=a.embedding, tied=a.tied, tau=a.tau, trigger_in_value=a.trigger_in_value,
                       eos_key=a.eos_key, noise_vocab=a.noise_vocab, dtype=a.dtype, device=a.device)
 
 
@@ -94,8 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--n-min", type=int, default=None, help="first N tried (default V)")
     w.add_argument("--n-max", type=int, default=2 ** 20, help="give up above this N (default 2^20)")
     _add_search_args(w)
-    w.add_argument("--jobs", type=int, default=1, help="worker processes (joblib; -1: all cores; default 1)")
-    w.add_argument("--backend", default=None, help="joblib backend for --jobs (default loky; e.g. dask, ray)")
+    w.add_argument("--jobs", type=int, default=1,
+                   help="worker processes (-1: all cores; default 1); with --backend dask: the local cluster's")
+    w.add_argument("--backend", default=None,
+                   help=f"where --jobs run: {', '.join(sweep_engine.BACKENDS)} (default loky: processes here; "
+                        "dask: a Dask cluster, local or at --scheduler)")
+    w.add_argument("--scheduler", default=None,
+                   help="with --backend dask: the address of a running Dask scheduler (tcp://host:8786) to join "
+                        "instead of starting a local cluster")
     w.add_argument("--progress", action="store_true", help="a progress bar over grid points on stderr")
     return parser
 
@@ -107,7 +122,31 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
 
 
 def _step_sizes(a) -> StepSizes:
-    return StepSizes(eta=a.eta, gamma_W=a.gamma_w, gamma_V=a.gamma_v, attn_scale=a.attn_scale)
+    d = StepSizes()
+    return StepSizes(eta=d.eta if a.eta is None else a.eta, gamma_W=a.gamma_w,
+                     gamma_V=d.gamma_V if a.gamma_v is None else a.gamma_v,
+                     attn_scale=d.attn_scale if a.attn_scale is None else a.attn_scale)
+
+
+# flags that change nothing in some settings: given there, they would only rename the experiment
+# (another cache key, the same numbers), so they are refused
+MLP_ONLY = ("m", "activation", "mlp_input")
+FINITE_ONLY = ("eta", "gamma_w", "gamma_v", "attn_scale")
+
+
+def _inapplicable(a) -> str | None:
+    """The first given flag that does not apply to this model / mode, as an error message (None: all apply)."""
+    needs_m = a.model in featuremaps.REGISTRY and featuremaps.REGISTRY[a.model].needs_m
+    for name in MLP_ONLY:
+        if getattr(a, name) is not None and a.model in featuremaps.REGISTRY and not needs_m:
+            what = "the MLP width" if name == "m" else "an MLP setting"
+            return (f"--{name.replace('_', '-')} is {what}: it applies to --model mlp only, "
+                    f"not --model {a.model}")
+    for name in FINITE_ONLY:
+        if getattr(a, name) is not None and a.mode == "limit":
+            return (f"--{name.replace('_', '-')} is a finite-mode step size: the limit mode takes no step "
+                    "sizes (use --mode finite)")
+    return None
 
 
 def _strict(point: dict, mode: str) -> dict:
@@ -123,7 +162,7 @@ def _sweep(a) -> None:
     points = sweep_engine.sweep(configs, threshold=a.threshold, seeds=a.seeds, seed=a.seed, mode=a.mode,
                                 step_sizes=_step_sizes(a), n_min=a.n_min, n_max=a.n_max,
                                 resolution=a.resolution, n_test=a.n_test, cache=a.cache, jobs=a.jobs,
-                                progress=a.progress, backend=a.backend)
+                                progress=a.progress, backend=a.backend, scheduler=a.scheduler)
     for p in points:
         if a.json:
             print(json.dumps(p.as_dict()))
@@ -140,8 +179,9 @@ def main(argv=None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     prog = f"python -m lib {a.command}"
-    if a.m is not None and a.model in featuremaps.REGISTRY and not featuremaps.REGISTRY[a.model].needs_m:
-        parser.exit(2, f"{prog}: error: --m is the MLP width: it applies to --model mlp only, not --model {a.model}\n")
+    refused = _inapplicable(a)
+    if refused is not None:
+        parser.exit(2, f"{prog}: error: {refused}\n")
     t0 = time.perf_counter()
     try:
         if a.command == "train":

@@ -115,9 +115,12 @@ def test_nstar_seeds_default_to_three(capsys):
 @pytest.mark.parametrize("bad,name", [(["--V", "0"], "V"), (["--d", "-1"], "d"), (["--L", "0"], "L"),
                                       (["--N", "abc"], "N"), (["--model", "foo"], "model"),
                                       (["--mode", "fast"], "mode"), (["--tau", "nan"], "tau"),
-                                      (["--seeds", "0"], "seeds"), (["--activation", "tanh"], "activation"),
-                                      (["--mlp-input", "cube"], "mlp_input"), (["--eta", "0"], "eta"),
-                                      (["--attn-scale", "-1"], "attn_scale"), (["--n-test", "0"], "n_test")])
+                                      (["--seeds", "0"], "seeds"),
+                                      (["--model", "mlp", "--m", "8", "--activation", "tanh"], "activation"),
+                                      (["--model", "mlp", "--m", "8", "--mlp-input", "cube"], "mlp_input"),
+                                      (["--mode", "finite", "--eta", "0"], "eta"),
+                                      (["--mode", "finite", "--attn-scale", "-1"], "attn_scale"),
+                                      (["--n-test", "0"], "n_test")])
 def test_train_bad_values_exit_2_with_one_line(capsys, bad, name):
     base = {"--V": "16", "--d": "8", "--L": "4", "--N": "64"}
     for i in range(0, len(bad), 2):
@@ -147,13 +150,48 @@ def test_m_is_refused_for_the_attention_model(cmd):
     assert proc.returncode == 2 and "--m" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.parametrize("cmd", ["train", "nstar", "sweep"])
+@pytest.mark.parametrize("flags,named", [
+    (["--activation", "relu"], "--activation"), (["--activation", "he3"], "--activation"),
+    (["--mlp-input", "raw"], "--mlp-input"),
+    (["--eta", "0.5"], "--eta"), (["--gamma-w", "7"], "--gamma-w"), (["--gamma-v", "20"], "--gamma-v"),
+    (["--attn-scale", "3"], "--attn-scale"), (["--mode", "limit", "--eta", "0.5"], "--eta"),
+])
+def test_flags_that_do_not_apply_are_refused(capsys, tmp_path, cmd, flags, named):
+    """An MLP setting with the attention-only model, or a step size in the limit mode (which takes
+    none), changes no number but would change the cache key: refused, exit 2, one line naming the
+    flag, before anything is computed or written."""
+    cache = tmp_path / "c.jsonl"
+    extra = {"train": ["--N", "64"], "nstar": ["--cache", str(cache)], "sweep": ["--cache", str(cache)]}[cmd]
+    rc, out, err = cli(capsys, cmd, *SMALL, *extra, *flags)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and named in err, err
+    assert not cache.exists()
+
+
+def test_the_same_flags_apply_where_they_mean_something(capsys):
+    """The refusal is about the setting, not the flag: with --model mlp / --mode finite they run."""
+    rc, _, err = cli(capsys, "train", *SMALL, "--N", "64", "--model", "mlp", "--m", "8", "--activation", "relu",
+                     "--mlp-input", "raw")
+    assert rc == 0, err
+    rc, _, err = cli(capsys, "train", *SMALL, "--N", "64", "--mode", "finite", "--eta", "0.5", "--gamma-v", "20",
+                     "--attn-scale", "3")
+    assert rc == 0, err
+
+
 @pytest.mark.parametrize("args,name", [
     (["--V", "1024", "--d", "256", "--L", "64", "--N", "1000000000"], "N = 1000000000"),          # 261 GiB of ids
     (["--V", "10000000", "--d", "256", "--L", "8", "--N", "100"], "V = 10000000"),                # 38 GiB of embeddings
     (["--V", "100000000", "--d", "4096", "--L", "1000000", "--N", "1000000000000"], "V = 100000000"),
+    (["--V", "16", "--d", "1000000000", "--L", "4", "--N", "100"], "d = 1000000000"),                 # 253 GiB
+    (["--V", "16", "--d", "8", "--L", "1000000000", "--N", "1000"], "L = 1000000000"),                 # 3.6 TiB
+    (["--V", "16", "--d", "8", "--L", "4", "--N", "100", "--n-test", "1000000000000"], "n_test = 1000000000000"),
+    (["--V", "16", "--d", "8", "--L", "4", "--N", "100", "--model", "mlp", "--m", "1000000000"], "m = 1000000000"),
+    (["--V", "16", "--d", "8", "--L", "4", "--N", "100", "--noise-vocab", "10000000000"], "noise_vocab = 10000000000"),
 ])
 def test_what_cannot_fit_is_refused_before_it_is_allocated(capsys, args, name):
-    """Measured against the memory still available (MemAvailable), not after a failed allocation."""
+    """Measured against the memory still available (MemAvailable), not after a failed allocation;
+    the error names the parameter that makes it large (d, L, the test set, the MLP width, the
+    noise vocabulary), not the one that happens to be checked."""
     avail = lib.core.config.available_memory()
     if avail is None or avail > 2 ** 35:
         pytest.skip("the available memory is unknown here, or large enough to try")

@@ -193,9 +193,10 @@ def test_a_joblib_backend_context_runs_the_sweep_and_keeps_the_callers_threads()
     import torch
     cs = grid(BASE, d=[24, 32])
     threads = torch.get_num_threads()
-    with joblib.parallel_backend("threading"):                   # the same one line as "dask" or "ray"
+    with joblib.parallel_backend("threading"):                   # the same one line as any joblib backend
         got = sweep(cs, jobs=2, **FAST)
     assert same(got) == same(sweep(cs, **FAST)) and torch.get_num_threads() == threads
+    assert same(sweep(cs, jobs=2, backend="threading", **FAST)) == same(got)      # the same, by name
 
 
 SWEEP_ARGS = ["--V", "64", "--d", "16", "24", "--L", "4", "8", "16", "--threshold", "0.99", "--seeds", "2",
@@ -249,7 +250,11 @@ def test_cli_sweep_json_lines_equal_the_library(capsys, tmp_path):
                                       (["--V", "16", "1"], "V"), (["--d", "x"], "d"), (["--seeds", "0"], "seeds"),
                                       (["--n-min", "64", "--n-max", "32"], "n_min"), (["--mode", "x"], "mode"),
                                       (["--cache", "/nonexistent/dir/c.jsonl"], "cache"),
-                                      (["--backend", "nosuch", "--jobs", "2"], "backend")])
+                                      (["--backend", "nosuch", "--jobs", "2"], "backend"),
+                                      (["--backend", "ray", "--jobs", "2"], "backend"),
+                                      (["--scheduler", "tcp://127.0.0.1:9"], "scheduler"),
+                                      (["--backend", "dask", "--scheduler", "tcp://127.0.0.1:9", "--jobs", "2"],
+                                       "jobs")])
 def test_cli_sweep_bad_values_exit_2_with_one_line(capsys, bad, name):
     from lib.cli import main
     base = {"--V": ["16"], "--d": ["8"], "--L": ["4"]}

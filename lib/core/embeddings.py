@@ -83,8 +83,15 @@ def make_problem(cfg: TaskConfig, seed: int = 0) -> Problem:
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     V, d, Vn = cfg.V, cfg.d, cfg.noise_vocab or 0
     vectors = 2 * d * d if cfg.embedding == "orthogonal" else (2 * V + Vn + 2) * d
-    check_memory("V", V, 2 * 4 * (vectors + cfg.n_frozen * d) + 8 * V,     # drawn in float32, then converted
-                 f"the embeddings of V = {V}, d = {d}", cfg.device)
+    # name the parameter that makes it large: the largest count of d-vectors (V, noise_vocab, the
+    # MLP width m), or d itself when it is the larger factor (or the embedding is orthogonal: d x d)
+    counts = {"V": 2 * V + 2, "noise_vocab": Vn, "m": cfg.n_frozen // d if d else 0}
+    name = max(counts, key=counts.get)
+    if cfg.embedding == "orthogonal" or d > counts[name]:
+        name = "d"
+    sizes = ", ".join(f"{k} = {getattr(cfg, k)}" for k in ("V", "d", "noise_vocab", "m") if getattr(cfg, k))
+    check_memory(name, getattr(cfg, name), 2 * 4 * (vectors + cfg.n_frozen * d) + 8 * V,   # drawn in float32, then converted
+                 f"the embeddings and frozen weights ({sizes})", cfg.device)
 
     def stream(*tags):
         return generator(seed, "problem", *tags)

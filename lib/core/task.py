@@ -55,6 +55,17 @@ class Batch:
 SAMPLE_BLOCK = 4096   # samples per random block: the data of N samples are the first N of any larger N
 
 
+def check_batch_memory(cfg, N: int, name: str = "N") -> None:
+    """Refuse a batch of N samples that cannot fit in the memory still available (drawn on the CPU:
+    N L int32 token ids and three int64 per sample), naming `name` (N, or n_test for a test set),
+    or L when the sequence length is the larger factor."""
+    what = f"{N} samples of L = {cfg.L} token ids"
+    if cfg.L > N:
+        check_memory("L", cfg.L, N * (4 * cfg.L + 3 * 8), what + f" ({name} = {N})")
+    else:
+        check_memory(name, N, N * (4 * cfg.L + 3 * 8), what)
+
+
 def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") -> Batch:
     """Draw N samples of `problem`'s task. `split` ("train", "test", ...) names an independent stream.
 
@@ -68,7 +79,7 @@ def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") 
         raise ValueError(f"split must be a string, got {split!r}")
     cfg = problem.cfg
     B = SAMPLE_BLOCK
-    check_memory("N", N, N * (4 * cfg.L + 3 * 8), f"{N} samples of L = {cfg.L} token ids")   # drawn on the CPU
+    check_batch_memory(cfg, N)
     tokens = torch.empty(N, cfg.L, dtype=torch.int32)   # stored as int32: half the memory of int64
     pos = torch.empty(N, dtype=torch.long)
     x_inf = torch.empty(N, dtype=torch.long)

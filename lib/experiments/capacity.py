@@ -9,7 +9,9 @@ which is a result, not an error.
 
 Every evaluated point can be kept in the crash-safe store of `lib.experiments.store` (`cache=` a file path, or
 `store=` an open `Store`): a point already there is read, never recomputed, so an interrupted
-search resumes where it stopped and searches at other thresholds reuse the points. Grids of
+search resumes where it stopped and searches at other thresholds reuse the points. A point
+missing from the store is claimed and the store re-read first (`Store.claim`, `Store.refresh`), so
+concurrent searches over one cache file compute each point once. Grids of
 configurations, in parallel, are `lib.experiments.sweep`.
 """
 
@@ -66,10 +68,14 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
     def ok(N):
         point = store.get(prefix, N)
         if point is None:
-            point = run(cfg, N, mode=mode, seeds=seeds, seed=seed, n_test=n_test, step_sizes=step_sizes,
-                        training=training)
-            out.runs += 1
-            store.put(prefix, point)
+            with store.claim(prefix, N):        # another process computing it: wait, then read it
+                store.refresh()
+                point = store.get(prefix, N)
+                if point is None:
+                    point = run(cfg, N, mode=mode, seeds=seeds, seed=seed, n_test=n_test,
+                                step_sizes=step_sizes, training=training)
+                    out.runs += 1
+                    store.put(prefix, point)
         out.points.append(point)
         return getattr(point, metric) >= threshold
 

@@ -26,10 +26,21 @@ JSON, a wrong checksum, a record of the wrong shape or a line without its newlin
 `warnings.warn` naming the file and line number and ignored, so that point is computed again and
 appended; it is never trusted. A file whose last line was cut is first given its missing newline so
 the next record starts on a fresh line.
+
+Concurrent writers share work: `Store.claim(prefix, N)` holds an exclusive flock on a file of
+`<cache>.claims/` named by the point's key (one small file per point computed; the folder can be
+deleted whenever no sweep runs, and `compact` does), and `Store.refresh()` reads the lines other
+processes appended since this store last read the file (under a shared flock, so never half a
+line). `lib.experiments.capacity.nstar` computes a point missing from its store as: claim it,
+refresh, compute only if it is still missing, append, release. A second process asking for the
+same point waits on the claim and then reads the point; a claim dies with the process holding it
+(the kernel releases a dead process's flocks), so a killed computation never blocks anyone and the
+point is simply computed by the next claimant.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -44,6 +55,7 @@ from ..core.seed import get_draw
 from ..core.steps import MODES, StepSizes
 
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
+CLAIMS = ".claims"                     # <cache>.claims/: one lock file per point being (or once) computed
 
 
 def canonical(obj) -> str:
@@ -96,12 +108,16 @@ def record_line(prefix: dict, result: RunResult) -> str:
 
 
 def append_line(path: str, line: str) -> None:
-    """Append one complete line: one os.write on an O_APPEND fd, under flock, then fsync."""
+    """Append one complete line: one os.write on an O_APPEND fd, under flock, then fsync. After a
+    line cut by a killed writer the record starts on a fresh line (that line stays one bad line)."""
     data = line.encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":   # a line cut by a killed writer: never join it
+                data = b"\n" + data
             written = os.write(fd, data)
             if written != len(data):       # never seen for a regular file; refuse to leave half a line
                 raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
@@ -133,6 +149,11 @@ def compact(path: str) -> tuple[int, int]:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, store.path)
+    claims = store.path + CLAIMS
+    if os.path.isdir(claims):                         # no sweep runs: no claim is held
+        for name in os.listdir(claims):
+            os.remove(os.path.join(claims, name))
+        os.rmdir(claims)
     return len(store), len(store.bad_lines)
 
 
@@ -221,22 +242,88 @@ class Store:
 
     `get(prefix, N)` -> RunResult or None; `put(prefix, result)` records and appends at once.
     `subset(prefix)` is a small picklable Store holding one configuration's points, for a worker.
+    `claim(prefix, N)` and `refresh()` let concurrent processes compute each point once (module docstring).
     """
 
-    def __init__(self, path: str | None = None, *, _data: dict | None = None):
-        self.path = check_store_path(path)
+    def __init__(self, path: str | None = None, *, _data: dict | None = None, _offset: int = 0,
+                 _only: str | None = None):
+        self.path = path if _data is not None else check_store_path(path)   # a subset's path was checked
         self.data: dict[str, dict[int, dict]] = {}       # canonical(prefix) -> {N: result dict}
         self.bad_lines: list[int] = []                    # 1-based line numbers rejected at load
+        self.offset = _offset                             # bytes of the file read so far (whole lines)
+        self.only = _only                                 # a subset's one prefix: refresh keeps only it
+        self.guard = None                                 # called before each claim: raises to stop the work
         if _data is not None:
             self.data = _data
         elif self.path is not None and os.path.exists(self.path):
             self._load()
 
     def _load(self) -> None:
+        with open(self.path, "rb") as f:                  # the size between two appends: a line boundary
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH)        # (or a killed writer's cut line, read as bad)
+            try:
+                size = os.fstat(f.fileno()).st_size
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
         records, self.bad_lines = read_records(self.path, _point_shape)
+        self.offset = size             # refresh() reads on from here (a record read twice is kept once)
         for key, result in records:
-            prefix = {k: v for k, v in key.items() if k != "N"}
-            self.data.setdefault(canonical(prefix), {}).setdefault(key["N"], result)
+            self._add(key, result)
+
+    def _add(self, key: dict, result: dict) -> None:
+        prefix = canonical({k: v for k, v in key.items() if k != "N"})
+        if self.only is None or prefix == self.only:
+            self.data.setdefault(prefix, {}).setdefault(key["N"], result)
+
+    def refresh(self) -> int:
+        """Read the whole lines appended to the file since this store last read it (by other processes,
+        or by this one); the number of valid records read. A line that fails its checks is skipped
+        here (the next full load reports it). Under a shared flock: never half of another's line."""
+        if self.path is None or not os.path.exists(self.path):
+            return 0
+        with open(self.path, "rb") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+            try:
+                f.seek(self.offset)
+                raw = f.read()
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        end = raw.rfind(b"\n") + 1                        # an unfinished tail waits for the next refresh
+        self.offset += end
+        n = 0
+        for line in raw[:end].split(b"\n"):
+            if line.strip() and not isinstance(rec := _check_line(line, _point_shape), str):
+                self._add(*rec)
+                n += 1
+        return n
+
+    @contextlib.contextmanager
+    def claim(self, prefix: dict, N: int):
+        """Hold the point (prefix, N) for this process: an exclusive flock on its file in
+        `<cache>.claims/`, waiting while another process holds it. Memory-only stores, a folder where
+        the claims cannot be made (read-only) and a filesystem without locks claim nothing. The
+        store's `guard` (if set) is called first: it raises when the work is no longer wanted."""
+        if self.guard is not None:
+            self.guard()
+        if self.path is None:
+            yield
+            return
+        folder = self.path + CLAIMS
+        name = hashlib.sha256(canonical({**prefix, "N": N}).encode()).hexdigest()[:40]
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            yield
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:                               # a filesystem without locks: no claim, no harm
+                pass                                      # (the point may then be computed twice)
+            yield
+        finally:
+            os.close(fd)                                  # releases the lock
 
     def get(self, prefix: dict, N: int) -> RunResult | None:
         hit = self.data.get(canonical(prefix), {}).get(N)
@@ -254,7 +341,7 @@ class Store:
     def subset(self, prefix: dict) -> "Store":
         """The same file, holding only the points of `prefix` (cheap to send to a worker process)."""
         p = canonical(prefix)
-        return Store(self.path, _data={p: dict(self.data.get(p, {}))})
+        return Store(self.path, _data={p: dict(self.data.get(p, {}))}, _offset=self.offset, _only=p)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.data.values())

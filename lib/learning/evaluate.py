@@ -19,7 +19,7 @@ from ..core.config import check_int
 from ..core.embeddings import Problem
 from ..core.models import Params, check_params, features, hard_attention, model_logits, readout_matrix
 from ..core.steps import ThreeSteps
-from ..core.task import Batch, check_batch, sample_batch
+from ..core.task import Batch, check_batch, check_batch_memory, sample_batch
 from ..fast.tokens import chunk_size, chunks, forward_chunk, informative_values
 
 N_TEST = 2 ** 13   # the one default number of fresh test samples (library, `lib.run` and the CLI)
@@ -58,7 +58,8 @@ def evaluate(problem: Problem, params: Params | ThreeSteps, n_test: int = N_TEST
     """The three accuracies on `n_test` fresh samples (split "test" of `seed`) or on `batch`."""
     params = _params(problem, params)
     if batch is None:
-        batch = sample_batch(problem, check_int("n_test", n_test, 1), seed, split="test")
+        check_batch_memory(problem.cfg, check_int("n_test", n_test, 1), "n_test")
+        batch = sample_batch(problem, n_test, seed, split="test")
     check_batch(problem, batch)
     w = params.W_KQ @ problem.z_eos
     readout = readout_matrix(problem, params.W_V)
