@@ -32,6 +32,7 @@ it). Chapter in brackets.
     experiment     run(cfg, N, ...): the one-call experiment over seeds                      [4-7]
     store          the append-only store of evaluated points (JSON lines, checksums)          [4-7]
     capacity       critical sample size N* on that store (resumable)                         [4-7]
+    bootstrap      the bootstrap over seeds of N* on its evaluated grid                      [7]
     sweep          N* over grids of configurations: resumable, parallel, bootstrap N*        [7]
   theory/       closed-form predictions and fits, one module per chapter (re-exported by lib.theory)
     fits           power-law fits, a law's constant, Student-t intervals, parameter counts  [2, 3, 7+]
