@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 
@@ -15,7 +16,7 @@ import psutil
 import pytest
 
 import lib
-from lib.experiments.store import Store, point_prefix
+from lib.experiments.store import Store, append_line, check_store_path, point_prefix
 from lib.experiments.sweep import grid, sweep
 
 distributed = pytest.importorskip("distributed", reason="dask[distributed] is in requirements.txt")
@@ -210,6 +211,33 @@ def _sweep_at_once(barrier, queue, cache):
     torch.set_num_threads(1)                                          # two processes, one core each
     barrier.wait(60)                                                  # both start computing together
     queue.put([p.as_dict() for p in sweep(SLOW_CONFIGS, cache=cache, **SLOW_KW)])
+
+
+def test_checking_a_fresh_cache_from_many_writers_at_once_loses_no_line(tmp_path):
+    """Opening a store checks that its cache can be written before any point is computed. Four
+    writers opening one fresh cache at the same moment, then appending a line each, keep all four
+    lines, round after round (a check that created and removed the cache itself deleted a file
+    another writer had begun, or failed on one another had removed: CI saw the second)."""
+    for r in range(60):
+        path = str(tmp_path / f"c{r}.jsonl")
+        barrier, errors = threading.Barrier(4), []
+
+        def writer(i):
+            barrier.wait()
+            try:
+                check_store_path(path)
+                append_line(path, f"line {i}\n")
+            except Exception as err:          # collected: a thread's exception would be lost
+                errors.append(err)
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, (r, errors)
+        with open(path) as f:
+            assert sorted(f.read().splitlines()) == [f"line {i}" for i in range(4)], r
+    assert sorted(os.listdir(tmp_path)) == sorted(f"c{r}.jsonl" for r in range(60))   # no probe left
 
 
 def test_two_concurrent_sweeps_compute_every_point_once(tmp_path, slow_reference):

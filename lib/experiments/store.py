@@ -46,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import tempfile
 import warnings
 from dataclasses import asdict, fields
 
@@ -217,14 +218,16 @@ def check_store_path(path) -> str | None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path) or not os.path.isdir(folder):
         raise ValueError(f"cache must be a file in an existing folder, got {path!r}")
-    existed = os.path.exists(path)
-    try:                                   # can we append? (found now, not after the first computed point)
-        with open(path, "a"):
-            pass
+    try:                                   # can we write? (found now, not after the first computed point)
+        if os.path.exists(path):
+            with open(path, "a"):
+                pass
+        else:                              # probe the folder with a file of our own: creating and removing
+            fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)   # the cache itself would race with
+            os.close(fd)                   # a concurrent process that starts writing it (lost records)
+            os.remove(probe)
     except OSError as err:
         raise ValueError(f"cache {path!r} cannot be written: {err.strerror or err}") from None
-    if not existed:
-        os.remove(path)                    # leave no trace: the store creates it with its first line
     return path
 
 
