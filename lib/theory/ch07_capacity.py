@@ -8,9 +8,9 @@ import functools
 import math
 
 from ..core.config import check_int
-from .ch05_attention_step import critical_snr, imbalance_noise, trigger_self_bias
+from .ch05_attention_step import imbalance_noise, trigger_self_bias
 from .ch06_refined_memory import _check_s2, refined_memory_nstar
-from .ch07_law import attention_law, law_range
+from .ch07_law import attention_law, law_range, rstar_cached
 
 
 # ---- chapter 7: the capacity law (the fits with intervals are in fits.py)
@@ -19,11 +19,6 @@ from .ch07_law import attention_law, law_range
 # N* is the larger of what the memory needs (chapter 6: coverage, count fluctuations, mean bias;
 # infinite past chapter 2's capacity wall) and what attention needs (chapter 5's signal-to-noise ratio
 # r(N) = 1 / sqrt(1/d + c B / (N + beta)^2), with one measured noise constant c).
-
-
-@functools.lru_cache(maxsize=None)
-def _critical_snr_cached(L: int, threshold: float) -> float:
-    return critical_snr(L, threshold)
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,7 +34,7 @@ def attention_nstar(V: int, d: int, L: int, threshold: float = 0.99, c_noise: fl
     V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
     from ..core.config import check_float
     c_noise = check_float("c_noise", c_noise, 0.0, strict_min=True)
-    rs = _critical_snr_cached(L, float(threshold))
+    rs = rstar_cached(L, float(threshold))
     room = 1.0 / rs ** 2 - 1.0 / d
     if room <= 0:
         return math.inf

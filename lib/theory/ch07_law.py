@@ -41,8 +41,13 @@ CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cap
 
 
 @functools.lru_cache(maxsize=None)
+def rstar_cached(L: int, threshold: float) -> float:
+    """`critical_snr(L, threshold)`, computed once per (L, threshold) for the laws of this chapter."""
+    return critical_snr(L, threshold)
+
+
 def _rstar2(L: int, threshold: float) -> float:
-    return critical_snr(L, threshold) ** 2
+    return rstar_cached(L, threshold) ** 2
 
 
 def law_features(V: int, d: int, L: int, threshold: float, form: str = "product"):
