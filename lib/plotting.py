@@ -154,3 +154,18 @@ def capacity_figure(d_hebb, n_hebb, d_grid, n_heur, d_train, n_train, budget: in
     ax.plot(ds, [capacity_from_constant(d, 1.3) for d in ds], ":", color=COLORS["trained"],
             label=r"guide line $d^2 = 1.3\, n \log n$ (Nichani et al.'s notebook)")
     finish(ax)
+
+
+def hand_built_accuracy_figure(dims, acc: dict, att: dict, predicted: dict, V: int, L: int) -> None:
+    """Chapter 1: test accuracy of the hand-built transformer against d (log scale), the mean over
+    problems of each per-problem array in acc[tiv], beside its prediction predicted[tiv], with the
+    trigger in the value path (tiv True, circles) and out of it (False, squares); the attention
+    accuracy att[True] as triangles, and the line d = V."""
+    ax = axes(f"Hand-built transformer, random embeddings (V = {V}, L = {L}); mean over problems",
+              "embedding dimension d (log scale)", "test accuracy", figsize=(6.5, 3.8), xscale="log")
+    for tiv, marker, ls, where in ((True, "o", "-", "in"), (False, "s", "--", "not in")):
+        measured_and_predicted(ax, dims, [a.mean() for a in acc[tiv]], predicted[tiv], "acc", f"accuracy (trigger {where} value path)",
+                               f"predicted (trigger {where} value path)", marker=marker, linestyle=ls, theory_color="acc")
+    ax.plot(dims, [a.mean() for a in att[True]], "^", color=COLORS["att_acc"], label="attention accuracy")
+    ax.axvline(V, color="gray", ls=":", label="d = V")
+    finish(ax)

@@ -18,7 +18,6 @@ HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
 # cells over the limit still to shorten (notebook -> cell ids); never add to this list
 STILL_LONG = {
-    "01_task.ipynb": {'a7be7ff4', '8ca08120', 'b068b95c'},
     "02_interference.ipynb": {'dd25da1a', '02567520', '850c7c19', 'b7971b58', '1eafe6ae', '98da4d42'},
     "03_model.ipynb": {'08b3efea', '3760239b', '6e89b190', '1533342a', 'efdea9a0', '37c3b928'},
     "04_value_step.ipynb": {'1ab2cdab', '4547a167', 'c1784ce8', 'aa68be49', 'f7759dee', '5bc81fd8', '15006443'},
