@@ -169,3 +169,23 @@ def hand_built_accuracy_figure(dims, acc: dict, att: dict, predicted: dict, V: i
     ax.plot(dims, [a.mean() for a in att[True]], "^", color=COLORS["att_acc"], label="attention accuracy")
     ax.axvline(V, color="gray", ls=":", label="d = V")
     finish(ax)
+
+
+def linear_coefficient_figure(c1_meas: dict, c1_theory) -> None:
+    """Chapter 3: the measured linear Hermite coefficient c_1 of each sample against its scale s, one
+    series per (mlp_input, attention) key of `c1_meas` (values: per-sample scales, c_1, standard
+    errors), beside the curve c1_theory(s) = 3 s (s^2 - 1) / sqrt(6)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    s_grid = np.linspace(0.2, 1.8, 100)
+    ax.plot(s_grid, c1_theory(s_grid), "-", color=COLORS["theory"], label=r"$3s(s^2-1)/\sqrt{6}$")
+    for (mi, att), (s_, c_, _) in c1_meas.items():
+        ax.plot(s_, c_, "o" if mi == "raw" else "s", ms=3, alpha=0.5, label=f"{mi} input, {att} attention",
+                color=COLORS["acc" if att == "uniform" else "att_acc"] if mi == "raw" else COLORS["trained"])
+    ax.axhline(0, color="gray", lw=0.5)
+    ax.set_xlabel(r"scale $s$ of the pre-activations ($\|o\|$ for the raw input, 1 for the unit input)")
+    ax.set_ylabel(r"linear Hermite coefficient $c_1$")
+    ax.set_title(r"He$_3$ has a linear part unless its input has unit scale", fontsize=10)
+    ax.legend(fontsize=7)
+    plt.show()
