@@ -154,3 +154,38 @@ def capacity_figure(d_hebb, n_hebb, d_grid, n_heur, d_train, n_train, budget: in
     ax.plot(ds, [capacity_from_constant(d, 1.3) for d in ds], ":", color=COLORS["trained"],
             label=r"guide line $d^2 = 1.3\, n \log n$ (Nichani et al.'s notebook)")
     finish(ax)
+
+
+def hand_built_accuracy_figure(dims, acc: dict, att: dict, predicted: dict, V: int, L: int) -> None:
+    """Chapter 1: test accuracy of the hand-built transformer against d (log scale), the mean over
+    problems of each per-problem array in acc[tiv], beside its prediction predicted[tiv], with the
+    trigger in the value path (tiv True, circles) and out of it (False, squares); the attention
+    accuracy att[True] as triangles, and the line d = V."""
+    ax = axes(f"Hand-built transformer, random embeddings (V = {V}, L = {L}); mean over problems",
+              "embedding dimension d (log scale)", "test accuracy", figsize=(6.5, 3.8), xscale="log")
+    for tiv, marker, ls, where in ((True, "o", "-", "in"), (False, "s", "--", "not in")):
+        measured_and_predicted(ax, dims, [a.mean() for a in acc[tiv]], predicted[tiv], "acc", f"accuracy (trigger {where} value path)",
+                               f"predicted (trigger {where} value path)", marker=marker, linestyle=ls, theory_color="acc")
+    ax.plot(dims, [a.mean() for a in att[True]], "^", color=COLORS["att_acc"], label="attention accuracy")
+    ax.axvline(V, color="gray", ls=":", label="d = V")
+    finish(ax)
+
+
+def linear_coefficient_figure(c1_meas: dict, c1_theory) -> None:
+    """Chapter 3: the measured linear Hermite coefficient c_1 of each sample against its scale s, one
+    series per (mlp_input, attention) key of `c1_meas` (values: per-sample scales, c_1, standard
+    errors), beside the curve c1_theory(s) = 3 s (s^2 - 1) / sqrt(6)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    s_grid = np.linspace(0.2, 1.8, 100)
+    ax.plot(s_grid, c1_theory(s_grid), "-", color=COLORS["theory"], label=r"$3s(s^2-1)/\sqrt{6}$")
+    for (mi, att), (s_, c_, _) in c1_meas.items():
+        ax.plot(s_, c_, "o" if mi == "raw" else "s", ms=3, alpha=0.5, label=f"{mi} input, {att} attention",
+                color=COLORS["acc" if att == "uniform" else "att_acc"] if mi == "raw" else COLORS["trained"])
+    ax.axhline(0, color="gray", lw=0.5)
+    ax.set_xlabel(r"scale $s$ of the pre-activations ($\|o\|$ for the raw input, 1 for the unit input)")
+    ax.set_ylabel(r"linear Hermite coefficient $c_1$")
+    ax.set_title(r"He$_3$ has a linear part unless its input has unit scale", fontsize=10)
+    ax.legend(fontsize=7)
+    plt.show()
