@@ -154,3 +154,26 @@ def capacity_figure(d_hebb, n_hebb, d_grid, n_heur, d_train, n_train, budget: in
     ax.plot(ds, [capacity_from_constant(d, 1.3) for d in ds], ":", color=COLORS["trained"],
             label=r"guide line $d^2 = 1.3\, n \log n$ (Nichani et al.'s notebook)")
     finish(ax)
+
+
+def loglog_panel(ax, x, measured, predicted, names, colors: dict, xlabel: str, ylabel: str) -> dict:
+    """One panel of a sweep: column j of `measured` (grid, series) as points labelled with its fitted
+    log-log slope, column j of `predicted` as a line of the same colour (`colors[names[j]]`), the grid
+    values as the x ticks. Returns {name: fitted slope}."""
+    import matplotlib.pyplot as plt
+
+    x, measured, predicted = list(x), np.asarray(measured, float), np.asarray(predicted, float)
+    if measured.shape != (len(x), len(names)) or predicted.shape != measured.shape:
+        raise ValueError(f"measured and predicted must have shape (len(x), len(names)) = {(len(x), len(names))}, "
+                         f"got {measured.shape} and {predicted.shape}")
+    slopes = {}
+    for j, n in enumerate(names):
+        slopes[n] = np.polyfit(np.log(x), np.log(measured[:, j]), 1)[0]
+        ax.loglog(x, measured[:, j], "o", color=colors[n], label=f"{n} (slope {slopes[n]:.2f})")
+        ax.loglog(x, predicted[:, j], "-", color=colors[n], alpha=0.7)
+    ax.set_xlabel(xlabel)
+    ax.set_xticks(x, [str(v) for v in x])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, loc="best")
+    return slopes
