@@ -47,7 +47,9 @@ it). Chapter in brackets.
   analysis/     measurements that take a trained model apart
     construct      a transformer built by hand, its accuracy over problems, Bayes accuracy   [1]
     decompose      a one-step memory's logits split into named terms that add up exactly     [4, 6]
+    step1          chapter 4's step-1 terms over problems and sweeps, step-1 accuracy, coverage [4]
     step3          chapter 6's centred step-3 terms; the oracle-attention memory             [6]
+    refined        chapter 6's experiments over problems: leakage, terms, knock-outs, N*     [6]
     margins        step 2: where the attention direction k points, whether it finds the trigger [5]
     k_noise        step 2 on a finite batch: k's exact mean factor and batch-to-batch variance [5]
     mlp_budget     the one-step MLP memory's logits split into the error budget's terms      [8]

@@ -189,3 +189,26 @@ def linear_coefficient_figure(c1_meas: dict, c1_theory) -> None:
     ax.set_title(r"He$_3$ has a linear part unless its input has unit scale", fontsize=10)
     ax.legend(fontsize=7)
     plt.show()
+
+
+def loglog_panel(ax, x, measured, predicted, names, colors: dict, xlabel: str, ylabel: str) -> dict:
+    """One panel of a sweep: column j of `measured` (grid, series) as points labelled with its fitted
+    log-log slope, column j of `predicted` as a line of the same colour (`colors[names[j]]`), the grid
+    values as the x ticks. Returns {name: fitted slope}."""
+    import matplotlib.pyplot as plt
+
+    x, measured, predicted = list(x), np.asarray(measured, float), np.asarray(predicted, float)
+    if measured.shape != (len(x), len(names)) or predicted.shape != measured.shape:
+        raise ValueError(f"measured and predicted must have shape (len(x), len(names)) = {(len(x), len(names))}, "
+                         f"got {measured.shape} and {predicted.shape}")
+    slopes = {}
+    for j, n in enumerate(names):
+        slopes[n] = np.polyfit(np.log(x), np.log(measured[:, j]), 1)[0]
+        ax.loglog(x, measured[:, j], "o", color=colors[n], label=f"{n} (slope {slopes[n]:.2f})")
+        ax.loglog(x, predicted[:, j], "-", color=colors[n], alpha=0.7)
+    ax.set_xlabel(xlabel)
+    ax.set_xticks(x, [str(v) for v in x])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, loc="best")
+    return slopes
