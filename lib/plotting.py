@@ -154,3 +154,22 @@ def capacity_figure(d_hebb, n_hebb, d_grid, n_heur, d_train, n_train, budget: in
     ax.plot(ds, [capacity_from_constant(d, 1.3) for d in ds], ":", color=COLORS["trained"],
             label=r"guide line $d^2 = 1.3\, n \log n$ (Nichani et al.'s notebook)")
     finish(ax)
+
+
+def attention_scores(ax, problem, test, k, title: str) -> None:
+    """Chapter 5: the attention scores h_t . k of the sequences of `test` (one row each, divided by the
+    row's largest absolute score, darker is higher), a red box on the informative position and a
+    white dot on the attended one."""
+    import matplotlib.pyplot as plt
+
+    from .fast.tokens import position_scores
+
+    s = position_scores(problem, test, k).numpy()
+    s = s / np.abs(s).max(1, keepdims=True)
+    ax.imshow(s, cmap="Greys", aspect="auto", vmin=-1, vmax=1)
+    for r in range(s.shape[0]):
+        ax.add_patch(plt.Rectangle((int(test.pos[r]) - 0.5, r - 0.5), 1, 1, fill=False, ec="red", lw=2))
+        ax.plot(s[r].argmax(), r, "o", color="white", mec="black", ms=5)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("position t")
+    ax.set_ylabel("test sequence")
