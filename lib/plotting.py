@@ -173,3 +173,18 @@ def attention_scores(ax, problem, test, k, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("position t")
     ax.set_ylabel("test sequence")
+
+
+def measured_with_interval(ax, x, per_problem, predicted, color, label, theory_label, linestyle="-",
+                           theory_color=None):
+    """Measurements over problems (per_problem: (problems, len(x))) as their mean with its 95 %
+    Student-t interval as error bars, beside the curve that predicts them (`measured_and_predicted`;
+    the prediction in the measurements' colour unless `theory_color` says otherwise). Returns the
+    mean and the half-width of its interval, per x."""
+    from .theory import t_interval
+
+    mean, half = t_interval(per_problem)
+    measured_and_predicted(ax, x, mean, predicted, color, label, theory_label, linestyle=linestyle,
+                           theory_color=color if theory_color is None else theory_color)
+    ax.errorbar(x, mean, yerr=half, fmt="none", color=COLORS.get(color, color), lw=0.8)
+    return mean, half
