@@ -43,8 +43,6 @@ def test_noise_ratios_and_sampled_focus_draw_from_the_generator_in_order():
     assert a == b and len(set(a)) == 3
     f = step2.sampled_focus(3.0, 16, 64, 50_000, torch.Generator().manual_seed(1))
     assert abs(f - float(theory.softmax_focus(3.0, 16, 64))) < 0.05
-    lam = step2.focus_scale(64, 128, 0.99)
-    assert abs(float(theory.softmax_focus(lam, 64, 128)) - 0.99) < 1e-9
 
 
 def test_snr_rows_critical_n_fit_and_pool_shapes():
@@ -95,7 +93,6 @@ def test_finite_sweeps_run():
     (lambda: step2.eta_sweep(None, None, None, []), "etas"),
     (lambda: step2.finite_step_pool(lib.TaskConfig(V=8, d=8, L=4, device="cpu"), [1.0], 0, 0, ()), "problems"),
     (lambda: step2.sampled_focus(1.0, 1, 8, 10, torch.Generator()), "L"),
-    (lambda: step2.focus_scale(16, 32, target=1.5), "target"),
     (lambda: step2.excess_noise_of(None, None, 0.0), "r_inf"),
 ])
 def test_bad_arguments_name_the_parameter(call, name):

@@ -274,16 +274,3 @@ def sampled_focus(lam: float, L: int, d: int, n: int, gen: torch.Generator) -> f
     X = torch.randn(n, L - 1, generator=gen, dtype=torch.float64) / d ** 0.5
     logits = torch.cat([torch.full((n, 1), lam, dtype=torch.float64), lam * X], 1)
     return float(torch.softmax(logits, 1)[:, 0].mean())
-
-
-def focus_scale(L: int, d: int, target: float = 0.99, hi: float = 50.0) -> float:
-    """The logit scale lambda in [0, hi] at which the heuristic mean attention weight
-    `theory.softmax_focus(lambda, L, d)` reaches `target`, by 60 bisection steps (it rises with
-    lambda there)."""
-    target = check_float("target", target, 0.0, 1.0)
-    hi = check_float("hi", hi, 0.0, strict_min=True)
-    lo = 0.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if theory.softmax_focus(mid, L, d) < target else (lo, mid)
-    return lo
