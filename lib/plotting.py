@@ -212,3 +212,37 @@ def loglog_panel(ax, x, measured, predicted, names, colors: dict, xlabel: str, y
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7, loc="best")
     return slopes
+
+
+def attention_scores(ax, problem, test, k, title: str) -> None:
+    """Chapter 5: the attention scores h_t . k of the sequences of `test` (one row each, divided by the
+    row's largest absolute score, darker is higher), a red box on the informative position and a
+    white dot on the attended one."""
+    import matplotlib.pyplot as plt
+
+    from .fast.tokens import position_scores
+
+    s = position_scores(problem, test, k).numpy()
+    s = s / np.abs(s).max(1, keepdims=True)
+    ax.imshow(s, cmap="Greys", aspect="auto", vmin=-1, vmax=1)
+    for r in range(s.shape[0]):
+        ax.add_patch(plt.Rectangle((int(test.pos[r]) - 0.5, r - 0.5), 1, 1, fill=False, ec="red", lw=2))
+        ax.plot(s[r].argmax(), r, "o", color="white", mec="black", ms=5)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("position t")
+    ax.set_ylabel("test sequence")
+
+
+def measured_with_interval(ax, x, per_problem, predicted, color, label, theory_label, linestyle="-",
+                           theory_color=None):
+    """Measurements over problems (per_problem: (problems, len(x))) as their mean with its 95 %
+    Student-t interval as error bars, beside the curve that predicts them (`measured_and_predicted`;
+    the prediction in the measurements' colour unless `theory_color` says otherwise). Returns the
+    mean and the half-width of its interval, per x."""
+    from .theory import t_interval
+
+    mean, half = t_interval(per_problem)
+    measured_and_predicted(ax, x, mean, predicted, color, label, theory_label, linestyle=linestyle,
+                           theory_color=color if theory_color is None else theory_color)
+    ax.errorbar(x, mean, yerr=half, fmt="none", color=COLORS.get(color, color), lw=0.8)
+    return mean, half

@@ -18,9 +18,7 @@ HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
 # cells over the limit still to shorten (notebook -> cell ids); never add to this list
 STILL_LONG = {
-    "05_attention_step.ipynb": {'c03c093c7', 'c06c6577a', 'c09b756dc', 'c123a8b9d', 'c156d5f64', 'c2251e4ac', 'c241fdaa4', 'c28ab827e', 'c31dcf7be', 'c3833921e', 'c41c3eb1b', 'c482018fd', 'c53eba453'},
     "07_capacity.ipynb": {'1e19f038', 'efee4bdc'},
-    "08_mlp_memory.ipynb": {'d0d5a3b2', '8d62d777', '606a0f08', '7c473614', 'd4e5c379', '7d7ec03e', 'b92bf604', '6f595151'},
     "09_lower_bound.ipynb": {'8c1e787f', 'b2cfc779', '765c0a64', '1acf6771', '19f39213', '16b1cd95'},
     "10_beyond_three_steps.ipynb": {'93d89bc0', '982c6995', '299a877d', '50564a4e', 'd420da4b'},
     "11_factual_recall.ipynb": {'a26a72f9', '06ce5eed'},
