@@ -52,7 +52,9 @@ it). Chapter in brackets.
     refined        chapter 6's experiments over problems: leakage, terms, knock-outs, N*     [6]
     margins        step 2: where the attention direction k points, whether it finds the trigger [5]
     k_noise        step 2 on a finite batch: k's exact mean factor and batch-to-batch variance [5]
+    step2          chapter 5's experiments over problems: bonus, beta, noise, critical N, pools [5]
     mlp_budget     the one-step MLP memory's logits split into the error budget's terms      [8]
+    mlp_memory     chapter 8's random-feature kernel gap and the MLP memory's capacity search [8]
     lowerbound     counting and coverage bounds, first-gradient estimators, their heuristic N [9]
     model_probes   the MLP's linear Hermite coefficient at its input's scale; the attention
                    gradient after a first step W_V = eta G_1, over eta                       [3]
