@@ -14,7 +14,7 @@ it). Chapter in brackets.
     task           the token-retrieval sampler (nested in N), keys and values                [1]
     models         Params, the direct forward pass (materialises (N, L, d)), the loss; the
                    one logits map and the one hard-attention rule                            [3]
-    memory         linear associative memories and their capacities                          [2]
+    memory         linear associative memories, their scores and their capacities            [2]
     gradients      closed-form gradients on the direct route, and the autograd reference     [3]
     steps          StepSizes and ThreeSteps: what the three steps are                        [4-6]
   fast/         the same computations on token ids, never an (N, L, d) tensor
@@ -45,13 +45,19 @@ it). Chapter in brackets.
     ch08_kernels       Hermite coefficients, the MLP kernel, random-feature variances      [8]
     ch08_mlp_memory    the MLP memory's signal and noise, predicted accuracy, width, N*     [8]
   analysis/     measurements that take a trained model apart
-    construct      a transformer built by hand, Bayes accuracy                               [1]
+    construct      a transformer built by hand, its accuracy over problems, Bayes accuracy   [1]
     decompose      a one-step memory's logits split into named terms that add up exactly     [4, 6]
+    step1          chapter 4's step-1 terms over problems and sweeps, step-1 accuracy, coverage [4]
     step3          chapter 6's centred step-3 terms; the oracle-attention memory             [6]
+    refined        chapter 6's experiments over problems: leakage, terms, knock-outs, N*     [6]
     margins        step 2: where the attention direction k points, whether it finds the trigger [5]
     k_noise        step 2 on a finite batch: k's exact mean factor and batch-to-batch variance [5]
+    step2          chapter 5's experiments over problems: bonus, beta, noise, critical N, pools [5]
     mlp_budget     the one-step MLP memory's logits split into the error budget's terms      [8]
+    mlp_memory     chapter 8's random-feature kernel gap and the MLP memory's capacity search [8]
     lowerbound     counting and coverage bounds, first-gradient estimators, their heuristic N [9]
+    model_probes   the MLP's linear Hermite coefficient at its input's scale; the attention
+                   gradient after a first step W_V = eta G_1, over eta                       [3]
   factual/      factual recall with subjects and relations (re-exported by lib.factual)     [11]
     task           subjects, relations, the fact table, the sampler
     models         FactTransformer (one layer, heads, MLP), LinearAttention, parameter counts

@@ -154,3 +154,95 @@ def capacity_figure(d_hebb, n_hebb, d_grid, n_heur, d_train, n_train, budget: in
     ax.plot(ds, [capacity_from_constant(d, 1.3) for d in ds], ":", color=COLORS["trained"],
             label=r"guide line $d^2 = 1.3\, n \log n$ (Nichani et al.'s notebook)")
     finish(ax)
+
+
+def hand_built_accuracy_figure(dims, acc: dict, att: dict, predicted: dict, V: int, L: int) -> None:
+    """Chapter 1: test accuracy of the hand-built transformer against d (log scale), the mean over
+    problems of each per-problem array in acc[tiv], beside its prediction predicted[tiv], with the
+    trigger in the value path (tiv True, circles) and out of it (False, squares); the attention
+    accuracy att[True] as triangles, and the line d = V."""
+    ax = axes(f"Hand-built transformer, random embeddings (V = {V}, L = {L}); mean over problems",
+              "embedding dimension d (log scale)", "test accuracy", figsize=(6.5, 3.8), xscale="log")
+    for tiv, marker, ls, where in ((True, "o", "-", "in"), (False, "s", "--", "not in")):
+        measured_and_predicted(ax, dims, [a.mean() for a in acc[tiv]], predicted[tiv], "acc", f"accuracy (trigger {where} value path)",
+                               f"predicted (trigger {where} value path)", marker=marker, linestyle=ls, theory_color="acc")
+    ax.plot(dims, [a.mean() for a in att[True]], "^", color=COLORS["att_acc"], label="attention accuracy")
+    ax.axvline(V, color="gray", ls=":", label="d = V")
+    finish(ax)
+
+
+def linear_coefficient_figure(c1_meas: dict, c1_theory) -> None:
+    """Chapter 3: the measured linear Hermite coefficient c_1 of each sample against its scale s, one
+    series per (mlp_input, attention) key of `c1_meas` (values: per-sample scales, c_1, standard
+    errors), beside the curve c1_theory(s) = 3 s (s^2 - 1) / sqrt(6)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    s_grid = np.linspace(0.2, 1.8, 100)
+    ax.plot(s_grid, c1_theory(s_grid), "-", color=COLORS["theory"], label=r"$3s(s^2-1)/\sqrt{6}$")
+    for (mi, att), (s_, c_, _) in c1_meas.items():
+        ax.plot(s_, c_, "o" if mi == "raw" else "s", ms=3, alpha=0.5, label=f"{mi} input, {att} attention",
+                color=COLORS["acc" if att == "uniform" else "att_acc"] if mi == "raw" else COLORS["trained"])
+    ax.axhline(0, color="gray", lw=0.5)
+    ax.set_xlabel(r"scale $s$ of the pre-activations ($\|o\|$ for the raw input, 1 for the unit input)")
+    ax.set_ylabel(r"linear Hermite coefficient $c_1$")
+    ax.set_title(r"He$_3$ has a linear part unless its input has unit scale", fontsize=10)
+    ax.legend(fontsize=7)
+    plt.show()
+
+
+def loglog_panel(ax, x, measured, predicted, names, colors: dict, xlabel: str, ylabel: str) -> dict:
+    """One panel of a sweep: column j of `measured` (grid, series) as points labelled with its fitted
+    log-log slope, column j of `predicted` as a line of the same colour (`colors[names[j]]`), the grid
+    values as the x ticks. Returns {name: fitted slope}."""
+    import matplotlib.pyplot as plt
+
+    x, measured, predicted = list(x), np.asarray(measured, float), np.asarray(predicted, float)
+    if measured.shape != (len(x), len(names)) or predicted.shape != measured.shape:
+        raise ValueError(f"measured and predicted must have shape (len(x), len(names)) = {(len(x), len(names))}, "
+                         f"got {measured.shape} and {predicted.shape}")
+    slopes = {}
+    for j, n in enumerate(names):
+        slopes[n] = np.polyfit(np.log(x), np.log(measured[:, j]), 1)[0]
+        ax.loglog(x, measured[:, j], "o", color=colors[n], label=f"{n} (slope {slopes[n]:.2f})")
+        ax.loglog(x, predicted[:, j], "-", color=colors[n], alpha=0.7)
+    ax.set_xlabel(xlabel)
+    ax.set_xticks(x, [str(v) for v in x])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, loc="best")
+    return slopes
+
+
+def attention_scores(ax, problem, test, k, title: str) -> None:
+    """Chapter 5: the attention scores h_t . k of the sequences of `test` (one row each, divided by the
+    row's largest absolute score, darker is higher), a red box on the informative position and a
+    white dot on the attended one."""
+    import matplotlib.pyplot as plt
+
+    from .fast.tokens import position_scores
+
+    s = position_scores(problem, test, k).numpy()
+    s = s / np.abs(s).max(1, keepdims=True)
+    ax.imshow(s, cmap="Greys", aspect="auto", vmin=-1, vmax=1)
+    for r in range(s.shape[0]):
+        ax.add_patch(plt.Rectangle((int(test.pos[r]) - 0.5, r - 0.5), 1, 1, fill=False, ec="red", lw=2))
+        ax.plot(s[r].argmax(), r, "o", color="white", mec="black", ms=5)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("position t")
+    ax.set_ylabel("test sequence")
+
+
+def measured_with_interval(ax, x, per_problem, predicted, color, label, theory_label, linestyle="-",
+                           theory_color=None):
+    """Measurements over problems (per_problem: (problems, len(x))) as their mean with its 95 %
+    Student-t interval as error bars, beside the curve that predicts them (`measured_and_predicted`;
+    the prediction in the measurements' colour unless `theory_color` says otherwise). Returns the
+    mean and the half-width of its interval, per x."""
+    from .theory import t_interval
+
+    mean, half = t_interval(per_problem)
+    measured_and_predicted(ax, x, mean, predicted, color, label, theory_label, linestyle=linestyle,
+                           theory_color=color if theory_color is None else theory_color)
+    ax.errorbar(x, mean, yerr=half, fmt="none", color=COLORS.get(color, color), lw=0.8)
+    return mean, half

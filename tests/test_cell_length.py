@@ -18,16 +18,9 @@ HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
 # cells over the limit still to shorten (notebook -> cell ids); never add to this list
 STILL_LONG = {
-    "01_task.ipynb": {'a7be7ff4', '8ca08120', 'b068b95c'},
-    "02_interference.ipynb": {'dd25da1a', '02567520', '850c7c19', 'b7971b58', '1eafe6ae', '98da4d42'},
-    "03_model.ipynb": {'08b3efea', '3760239b', '6e89b190', '1533342a', 'efdea9a0', '37c3b928'},
-    "04_value_step.ipynb": {'1ab2cdab', '4547a167', 'c1784ce8', 'aa68be49', 'f7759dee', '5bc81fd8', '15006443'},
-    "05_attention_step.ipynb": {'c03c093c7', 'c06c6577a', 'c09b756dc', 'c123a8b9d', 'c156d5f64', 'c2251e4ac', 'c241fdaa4', 'c28ab827e', 'c31dcf7be', 'c3833921e', 'c41c3eb1b', 'c482018fd', 'c53eba453'},
-    "06_refined_memory.ipynb": {'359e7a7c', '2e6cc9dd', 'ba469a4c', 'bf4fd1ac', 'd6d734ed', '89efddb6', '7e0bc91b', '8ad19f30', '847f9d2e', '68538f0e', '5fea2f73'},
-    "08_mlp_memory.ipynb": {'d0d5a3b2', '8d62d777', '606a0f08', '7c473614', 'd4e5c379', '7d7ec03e', 'b92bf604', '6f595151'},
     "09_lower_bound.ipynb": {'8c1e787f', 'b2cfc779', '765c0a64', '1acf6771', '19f39213', '16b1cd95'},
     "10_beyond_three_steps.ipynb": {'93d89bc0', '982c6995', '299a877d', '50564a4e', 'd420da4b'},
-    "11_factual_recall.ipynb": {'37d92cd1', '2f690928', '5fbf03ed', 'a26a72f9', '06ce5eed'},
+    "11_factual_recall.ipynb": {'a26a72f9', '06ce5eed'},
 }
 
 

@@ -11,26 +11,14 @@ import torch
 from lib.analysis.construct import hand_built
 from lib.core.embeddings import make_problem
 from lib.core.config import TaskConfig
-from lib.core.memory import hebbian, make_memory, memory_logits, recall_accuracy
+from lib.core.memory import hebbian, hebbian_margins, hebbian_scores, make_memory, memory_logits, recall_accuracy
 from lib.theory import (hebbian_conditional_moments, hebbian_predicted_accuracy, hebbian_predicted_capacity,
                         hebbian_score_moments, trigger_bias_var)
 
 
-def _scores(n, d, seeds):
-    correct, wrong = [], []
-    for s in range(seeds):
-        mem = make_memory(n, d, seed=s, dtype="float64", device="cpu")
-        S = memory_logits(mem, hebbian(mem))
-        is_y = torch.zeros_like(S, dtype=torch.bool)
-        is_y[torch.arange(n), mem.perm] = True
-        correct.append(S[is_y])
-        wrong.append(S[~is_y])
-    return torch.cat(correct), torch.cat(wrong)
-
-
 @pytest.mark.parametrize("n,d", [(20, 16), (62, 64)])
 def test_score_variances_match_simulated_memories(n, d):
-    correct, wrong = _scores(n, d, 300)
+    correct, wrong = hebbian_scores(n, d, range(300))
     th = hebbian_score_moments(n, d)
     assert abs(float(correct.mean()) - th["correct_mean"]) < 0.02
     assert abs(float(correct.var()) / th["correct_var"] - 1) < 0.06
@@ -85,3 +73,22 @@ def test_bias_variance_widens_the_prediction():
 def test_bad_arguments_are_refused_with_the_parameter_named(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_hebbian_scores_and_margins_are_the_memories_scores_in_order():
+    correct, wrong = hebbian_scores(6, 5, [3, 1], "sphere")
+    assert correct.shape == (12,) and wrong.shape == (12, 5)
+    for row, s in enumerate((3, 1)):                      # the memories one after the other
+        mem = make_memory(6, 5, "sphere", seed=s, dtype="float64", device="cpu")
+        S = memory_logits(mem, hebbian(mem))
+        for x in range(6):
+            k = [j for j in range(6) if j != int(mem.perm[x])]
+            assert correct[6 * row + x] == S[x, mem.perm[x]] and torch.equal(wrong[6 * row + x], S[x, k])
+    margins, se = hebbian_margins(6, 5, 4, "sphere")
+    per = [(c[:, None] - w).flatten() for c, w in (hebbian_scores(6, 5, [s], "sphere") for s in range(4))]
+    assert torch.equal(margins, torch.cat(per)) and se > 0
+    for call, name in ((lambda: hebbian_scores(1, 5, [0]), "n"), (lambda: hebbian_scores(6, 5, 3), "seeds"),
+                       (lambda: hebbian_scores(6, 5, []), "seeds"), (lambda: hebbian_scores(6, 5, [-1]), "seeds"),
+                       (lambda: hebbian_margins(6, 5, 1), "memories"), (lambda: hebbian_scores(6, 5, [0], "cube"), "embedding")):
+        with pytest.raises(ValueError, match=name):
+            call()

@@ -88,3 +88,46 @@ def test_capacity_from_constant_solves_the_equation():
     for d, c in [(8, 1.3), (64, 2.0), (300, 5.0)]:
         n = capacity_from_constant(d, c)
         assert c * n * math.log(n) == pytest.approx(d * d, rel=1e-9)
+
+
+def test_hand_built_accuracies_are_one_evaluation_per_problem():
+    from lib.analysis.construct import hand_built_accuracies
+    acc, att = hand_built_accuracies(32, 16, 6, 4.0, 3, trigger_in_value=False, n_test=256)
+    assert acc.shape == att.shape == (3,)
+    for s in range(3):                       # problem s and its test set both drawn with seed s
+        p = lib.make_problem(lib.TaskConfig(V=32, d=16, L=6, trigger_in_value=False), seed=s)
+        r = lib.evaluate(p, hand_built(p, 4.0), n_test=256, seed=s)
+        assert (acc[s], att[s]) == (r.acc, r.att_acc)
+    for kw, name in ((dict(problems=0), "problems"), (dict(n_test=0), "n_test"),
+                     (dict(trigger_in_value="yes"), "trigger_in_value")):
+        args = dict(V=32, d=16, L=6, beta=4.0, problems=2) | kw
+        with pytest.raises(ValueError, match=name):
+            hand_built_accuracies(**args)
+
+
+def test_trigger_bias_measured_agrees_with_its_prediction():
+    from lib.analysis.construct import trigger_bias_measured
+    from lib.theory import trigger_bias_var
+    mean, se = trigger_bias_measured(16, 8, problems=4000)
+    assert se > 0 and abs(mean - trigger_bias_var(16, 8)) < 4 * se
+    assert trigger_bias_measured(16, 8, problems=50, seed=1) == trigger_bias_measured(16, 8, problems=50, seed=1)
+    assert trigger_bias_measured(16, 8, problems=50, seed=1) != trigger_bias_measured(16, 8, problems=50, seed=2)
+    for kw, name in ((dict(problems=1), "problems"), (dict(V=0), "V"), (dict(d=0), "d")):
+        with pytest.raises(ValueError, match=name):
+            trigger_bias_measured(**(dict(V=16, d=8) | kw))
+
+
+def test_hand_built_accuracy_figure_draws_every_series():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from lib.plotting import hand_built_accuracy_figure
+    dims = [8, 16]
+    acc = {True: [np.array([0.1, 0.2]), np.array([0.5])], False: [np.array([0.3]), np.array([0.9])]}
+    att = {True: [np.array([0.8]), np.array([1.0])], False: [np.array([0.7]), np.array([1.0])]}
+    hand_built_accuracy_figure(dims, acc, att, {True: [0.1, 0.6], False: [0.3, 0.8]}, V=16, L=4)
+    ax = plt.gcf().axes[0]
+    assert len(ax.get_lines()) == 6 and ax.get_xscale() == "log"   # 2 x (points, prediction), attention, d = V
+    assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([0.15, 0.5])
+    plt.close("all")

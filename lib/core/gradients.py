@@ -9,7 +9,8 @@ With p_n = softmax(xi_n) and g_n = U^T (p_n - e_{y_n}) (U stores the u_k as rows
 (With the trigger in the value path v_t = h_t, and v_t - o_n reads h_t - o_n.)
 At W_V = 0 the logits vanish, p_n is uniform, g_n = u-bar - u_{y_n} and r_n = 0, so grad_{W_KQ} = 0:
 the value matrix must move first. `autograd_gradients` is the independent reference (torch
-autograd through `lib.core.models.loss`) that the tests and chapter 3 compare the closed forms with.
+autograd through `lib.core.models.loss`) that the tests and chapter 3 compare the closed forms with;
+`autograd_discrepancy` makes that comparison on one configuration.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .embeddings import Problem
+from .config import TaskConfig, check_int
+from .embeddings import Problem, make_problem
 from .models import Params, check_params, cross_entropy, feature_jacobian_T, forward
-from .task import Batch, check_batch
+from .seed import torch_generator
+from .task import Batch, check_batch, sample_batch
 
 
 @dataclass
@@ -80,3 +83,21 @@ def autograd_gradients(problem: Problem, params: Params, batch: Batch) -> Gradie
     loss = cross_entropy(forward(problem, Params(W_V, W_KQ, params.hard), batch).logits, batch.labels)
     loss.backward()
     return Gradients(float(loss.detach()), W_V.grad, W_KQ.grad)
+
+
+def autograd_discrepancy(cfg: TaskConfig, seed: int, N: int = 25) -> tuple[float, float]:
+    """How far the closed forms are from autograd on one configuration: the relative differences
+    |closed - autograd| / |autograd| of grad_{W_V} and of grad_{W_KQ} (0.0 where the autograd
+    attention gradient is exactly zero), on the problem of `cfg` drawn with `seed`, N training
+    samples of `seed`, and standard normal weights from `lib.torch_generator(seed)`."""
+    if not isinstance(cfg, TaskConfig) or cfg.dtype != "float64":
+        raise ValueError(f"cfg must be a float64 TaskConfig, got {cfg!r}")
+    N = check_int("N", N, 1)
+    problem = make_problem(cfg, seed=seed)
+    batch = sample_batch(problem, N=N, seed=seed)
+    gen = torch_generator(seed)
+    params = Params(torch.randn(cfg.d, cfg.width, generator=gen, dtype=torch.float64),
+                    torch.randn(cfg.d, cfg.d, generator=gen, dtype=torch.float64))
+    closed, ref = gradients(problem, params, batch), autograd_gradients(problem, params, batch)
+    rel = lambda a, b: float((a - b).norm() / max(float(b.norm()), 1e-300))
+    return rel(closed.W_V, ref.W_V), (rel(closed.W_KQ, ref.W_KQ) if float(ref.W_KQ.norm()) > 0 else 0.0)

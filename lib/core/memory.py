@@ -176,3 +176,37 @@ def population_capacity(cfg, threshold: float = 0.99, seeds: int = 2, v_max: int
 
     found = threshold_search(too_many, 2, v_max, resolution)
     return found.last_false or 0
+
+
+def hebbian_scores(n: int, d: int, seeds, embedding: str = "gaussian") -> tuple[torch.Tensor, torch.Tensor]:
+    """The scores s_k = u_k^T W e_x of one-step memories W = hebbian(mem), mem = make_memory(n, d,
+    embedding, seed) in float64 on the CPU, for each seed of `seeds` in turn (an iterable of ints):
+    the correct scores s_{Pi x}, shape (S n,), and the n - 1 wrong scores of each stored x, in the
+    order of k, shape (S n, n - 1), for S seeds (rows: the memories one after the other)."""
+    n = check_int("n", n, 2)
+    if isinstance(seeds, (int, str)) or not hasattr(seeds, "__iter__"):
+        raise ValueError(f"seeds must be an iterable of seeds (e.g. range(10)), got {seeds!r}")
+    seeds = [check_int("seeds", s, 0) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed, got none")
+    correct, wrong = [], []
+    for seed in seeds:
+        mem = make_memory(n, d, embedding, seed=seed, dtype="float64", device="cpu")
+        S = memory_logits(mem, hebbian(mem))
+        is_y = torch.zeros_like(S, dtype=torch.bool)
+        is_y[torch.arange(n), mem.perm] = True
+        correct.append(S[is_y])
+        wrong.append(S[~is_y].reshape(n, n - 1))
+    return torch.cat(correct), torch.cat(wrong)
+
+
+def hebbian_margins(n: int, d: int, memories: int, embedding: str = "gaussian") -> tuple[torch.Tensor, float]:
+    """The margins s_{Pi x} - s_k (k != Pi x) of `memories` one-step memories (seeds 0, 1, ...; see
+    `hebbian_scores`), all of them in one tensor, and the standard error over memories of their
+    variance: the standard deviation over memories of each memory's mean squared deviation from the
+    overall mean, divided by sqrt(memories)."""
+    memories = check_int("memories", memories, 2)
+    per = [(c[:, None] - w).flatten() for c, w in (hebbian_scores(n, d, [s], embedding) for s in range(memories))]
+    margins = torch.cat(per)
+    se = float(torch.stack([((x - margins.mean()) ** 2).mean() for x in per]).std()) / len(per) ** 0.5
+    return margins, se
