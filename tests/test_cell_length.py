@@ -27,7 +27,6 @@ STILL_LONG = {
     "07_capacity.ipynb": {'1e19f038', 'efee4bdc'},
     "08_mlp_memory.ipynb": {'d0d5a3b2', '8d62d777', '606a0f08', '7c473614', 'd4e5c379', '7d7ec03e', 'b92bf604', '6f595151'},
     "09_lower_bound.ipynb": {'8c1e787f', 'b2cfc779', '765c0a64', '1acf6771', '19f39213', '16b1cd95'},
-    "10_beyond_three_steps.ipynb": {'93d89bc0', '982c6995', '299a877d', '50564a4e', 'd420da4b'},
     "11_factual_recall.ipynb": {'37d92cd1', '2f690928', '5fbf03ed', 'a26a72f9', '06ce5eed'},
 }
 
