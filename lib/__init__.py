@@ -55,6 +55,7 @@ it). Chapter in brackets.
     k_noise        step 2 on a finite batch: k's exact mean factor and batch-to-batch variance [5]
     mlp_budget     the one-step MLP memory's logits split into the error budget's terms      [8]
     lowerbound     counting and coverage bounds, first-gradient estimators, their heuristic N [9]
+    lowerbound_checks  chapter 9's references the long way: estimator N* grids, enumerations  [9]
   factual/      factual recall with subjects and relations (re-exported by lib.factual)     [11]
     task           subjects, relations, the fact table, the sampler
     models         FactTransformer (one layer, heads, MLP), LinearAttention, parameter counts

@@ -26,7 +26,6 @@ STILL_LONG = {
     "06_refined_memory.ipynb": {'359e7a7c', '2e6cc9dd', 'ba469a4c', 'bf4fd1ac', 'd6d734ed', '89efddb6', '7e0bc91b', '8ad19f30', '847f9d2e', '68538f0e', '5fea2f73'},
     "07_capacity.ipynb": {'1e19f038', 'efee4bdc'},
     "08_mlp_memory.ipynb": {'d0d5a3b2', '8d62d777', '606a0f08', '7c473614', 'd4e5c379', '7d7ec03e', 'b92bf604', '6f595151'},
-    "09_lower_bound.ipynb": {'8c1e787f', 'b2cfc779', '765c0a64', '1acf6771', '19f39213', '16b1cd95'},
     "11_factual_recall.ipynb": {'37d92cd1', '2f690928', '5fbf03ed', 'a26a72f9', '06ce5eed'},
 }
 
