@@ -28,12 +28,15 @@ it). Chapter in brackets.
     evaluate       test, attention and oracle-attention accuracy                             [all]
     trainer        multi-step training: autograd reference, and `train` (GD / Adam on the
                    count route, records, TrainSpec for trained N*)                           [7, 10]
+    crosscheck     the count route's training against autograd: gradient and parameter gaps [10]
   experiments/  experiments over seeds and grids, with a crash-safe store
     experiment     run(cfg, N, ...): the one-call experiment over seeds                      [4-7]
     store          the append-only store of evaluated points (JSON lines, checksums)          [4-7]
     capacity       critical sample size N* on that store (resumable)                         [4-7]
     bootstrap      the bootstrap over seeds of N* on its evaluated grid                      [7]
     sweep          N* over grids of configurations: resumable, parallel, bootstrap N*        [7]
+    per_problem    N* problem by problem over a grid (one sweep per problem seed)           [7, 10]
+    recall         facts recalled: the trained transformer, the linear memory (trained, Hebbian) [10]
   theory/       closed-form predictions and fits, one module per chapter (re-exported by lib.theory)
     fits           power-law fits, a law's constant, Student-t intervals, parameter counts  [2, 3, 7+]
     ch02_interference  inner-product moments, coherence, the Hebbian memory's capacity      [1-3]
@@ -58,6 +61,7 @@ it). Chapter in brackets.
     lowerbound     counting and coverage bounds, first-gradient estimators, their heuristic N [9]
     model_probes   the MLP's linear Hermite coefficient at its input's scale; the attention
                    gradient after a first step W_V = eta G_1, over eta                       [3]
+    lowerbound_checks  chapter 9's references the long way: estimator N* grids, enumerations  [9]
   factual/      factual recall with subjects and relations (re-exported by lib.factual)     [11]
     task           subjects, relations, the fact table, the sampler
     models         FactTransformer (one layer, heads, MLP), LinearAttention, parameter counts

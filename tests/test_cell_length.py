@@ -18,8 +18,6 @@ HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
 # cells over the limit still to shorten (notebook -> cell ids); never add to this list
 STILL_LONG = {
-    "09_lower_bound.ipynb": {'8c1e787f', 'b2cfc779', '765c0a64', '1acf6771', '19f39213', '16b1cd95'},
-    "10_beyond_three_steps.ipynb": {'93d89bc0', '982c6995', '299a877d', '50564a4e', 'd420da4b'},
     "11_factual_recall.ipynb": {'a26a72f9', '06ce5eed'},
 }
 

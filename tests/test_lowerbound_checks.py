@@ -1,0 +1,56 @@
+"""lib.analysis.lowerbound_checks: chapter 9's references computed the long way."""
+import math
+
+import numpy as np
+import pytest
+
+import lib
+from lib import lowerbound as lb
+from lib.analysis.lowerbound_checks import (enumerated_bits, estimator_nstar_grid, lookup_guess_accuracies,
+                                            permutation_bit_rows)
+
+
+def test_grid_rows_are_problems_and_match_single_calls():
+    cfgs = [lib.TaskConfig(V=8, d=16, L=4, trigger_in_value=False, device="cpu"),
+            lib.TaskConfig(V=8, d=16, L=8, trigger_in_value=False, device="cpu")]
+    ns = estimator_nstar_grid(cfgs, 2, 0.9, n_min=8, n_max=2 ** 8, n_test=256)
+    assert set(ns) == set(lb.ESTIMATORS) | {"three"} and all(v.shape == (2, 2) for v in ns.values())
+    one = lb.estimator_nstars(cfgs[1], 0.9, seed=1, n_min=8, n_max=2 ** 8)
+    for e in lb.ESTIMATORS:
+        assert (np.isnan(ns[e][1, 1]) and one[e] is None) or ns[e][1, 1] == one[e]
+    three = lb.three_steps_nstar(cfgs[0], 0.9, seed=1, n_min=8, n_max=2 ** 8, n_test=256)
+    assert (np.isnan(ns["three"][1, 0]) and three is None) or ns["three"][1, 0] == three
+    with pytest.raises(ValueError, match="problems"):
+        estimator_nstar_grid(cfgs, 0)
+    with pytest.raises(ValueError, match="configs"):
+        estimator_nstar_grid([], 1)
+
+
+def test_enumerated_bits_at_the_ends_and_in_between():
+    assert enumerated_bits(4, 0) == pytest.approx(math.log2(24))      # a map serves one permutation exactly
+    assert enumerated_bits(4, 4) == pytest.approx(0.0)                # within 4 errors of everything
+    assert enumerated_bits(3, 1) == pytest.approx(math.log2(3))       # f = (0, 0, 2): one error from 012 and 102
+    with pytest.raises(ValueError, match="V"):
+        enumerated_bits(7, 1)
+    with pytest.raises(ValueError, match="k"):
+        enumerated_bits(4, -1)
+
+
+def test_rows_count_permutations_one_map_serves():
+    rows = permutation_bit_rows(brute_force=(3,), counted=((6, 2),))
+    assert [(V, k) for V, k, _, _ in rows] == [(3, 0), (3, 1), (3, 2), (3, 3), (6, 2)]
+    assert [s for *_, s in rows] == [1, 3, 6, 6, 30] and math.isinf(rows[-1][2])
+    with pytest.raises(ValueError, match="brute_force"):
+        permutation_bit_rows(brute_force=(9,))
+    with pytest.raises(ValueError, match="counted"):
+        permutation_bit_rows(counted=((3, 4),))
+
+
+def test_lookup_guesses_are_right_on_seen_tokens_and_reproducible():
+    acc = lookup_guess_accuracies(4, 200, 3)
+    assert len(acc) == 5 and all(len(a) == 200 for a in acc)
+    assert all(a == 1.0 for a in acc[3] + acc[4])                     # one or no unseen token: forced
+    assert abs(np.mean(acc[0]) - 0.25) < 0.05                         # nothing seen: a random bijection
+    assert acc == lookup_guess_accuracies(4, 200, 3)
+    with pytest.raises(ValueError, match="reps"):
+        lookup_guess_accuracies(4, 0, 3)

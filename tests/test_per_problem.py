@@ -1,0 +1,25 @@
+"""lib.experiments.per_problem: one sweep per problem seed, one row per problem."""
+import numpy as np
+import pytest
+
+import lib
+from lib.experiments.per_problem import per_problem_nstars
+from lib.experiments.sweep import sweep, table
+
+BASE = lib.TaskConfig(V=16, d=32, L=4, trigger_in_value=False, device="cpu")
+FAST = dict(threshold=0.9, seeds=1, n_test=512, n_min=16, n_max=2 ** 10, resolution=0.1)
+
+
+def test_rows_are_the_sweeps_of_each_problem_seed():
+    configs = lib.experiments.sweep.grid(BASE, L=[4, 8])
+    got = per_problem_nstars(configs, 2, **FAST)
+    assert got.shape == (2, 2)
+    for s in range(2):
+        np.testing.assert_array_equal(got[s], table(sweep(configs, seed=s, **FAST))["nstar"])
+
+
+@pytest.mark.parametrize("args,kw,name", [(([BASE], 0), {}, "problems"), (([], 1), {}, "configs"),
+                                          (([BASE], 1), dict(seed=3), "seed")])
+def test_bad_arguments_are_named(args, kw, name):
+    with pytest.raises(ValueError, match=name):
+        per_problem_nstars(*args, **kw)
