@@ -18,6 +18,7 @@ from ..core.memory import hebbian, make_memory, recall_accuracy
 from ..core.seed import generator
 from ..core.task import Batch, sample_batch
 from ..fast.counts import position_scores
+from ..learning.crosscheck import relative_gap
 from ..learning.evaluate import evaluate, predict
 from ..learning.schedule import three_steps
 from ..theory import orthogonal_recall, refined_memory_accuracy, refined_memory_moments, refined_memory_nstar
@@ -25,10 +26,6 @@ from .decompose import decompose, memory_counts
 from .step3 import centred_step3, oracle_memory_accuracy, oracle_memory_curve, oracle_memory_logits
 
 TERMS = ("crosstalk", "trigger_key", "mean_bias", "finite_sample")
-
-
-def _rel(a, b) -> float:
-    return float((a - b).norm() / b.norm())
 
 
 def leakage_row(cfg: TaskConfig, seed: int, n_train: int = 2 ** 11, n_test: int = 2048):
@@ -50,7 +47,7 @@ def leakage_row(cfg: TaskConfig, seed: int, n_train: int = 2 ** 11, n_test: int 
     f = float(wrong.double().mean())
     if f == 0:
         return None
-    size = lambda att: _rel(G_o, memory_counts(pr, tr, att).matrix(pr)) / f ** 0.5          # noqa: E731
+    size = lambda att: relative_gap(G_o, memory_counts(pr, tr, att).matrix(pr)) / f ** 0.5          # noqa: E731
     per_token = lambda w: int(w.sum()) / len(torch.unique(tr.informative[w]))               # noqa: E731
     acc = lambda dec: float((dec.logits.argmax(1) == te.labels).double().mean())          # noqa: E731
     dec_pk = decompose(pr, tr, te, pk, "oracle")                # the learned attention in training, oracle at test
