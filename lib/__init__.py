@@ -36,7 +36,8 @@ it). Chapter in brackets.
     bootstrap      the bootstrap over seeds of N* on its evaluated grid                      [7]
     sweep          N* over grids of configurations: resumable, parallel, bootstrap N*        [7]
     per_problem    N* problem by problem over a grid (one sweep per problem seed)           [7, 10]
-    recall         facts recalled: the trained transformer, the linear memory (trained, Hebbian) [10]
+    recall         facts recalled: the trained transformer, the linear memory (trained, Hebbian);
+                   attention after the three steps and after training from three starts      [10]
   theory/       closed-form predictions and fits, one module per chapter (re-exported by lib.theory)
     fits           power-law fits, a law's constant, Student-t intervals, parameter counts  [2, 3, 7+]
     ch02_interference  inner-product moments, coherence, the Hebbian memory's capacity      [1-3]

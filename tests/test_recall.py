@@ -33,3 +33,34 @@ def test_transformer_recall_names_bad_arguments(kw, name):
         transformer_recall(CFG, args.pop("n_train"), args.pop("seed"), **args)
     with pytest.raises(ValueError, match="cfg"):
         transformer_recall("cfg", 32, 0, steps=10, lr=0.01, record_every=5)
+
+
+def test_attention_starts_equals_the_direct_loop():
+    from lib.experiments.recall import attention_starts
+    out = attention_starts(CFG, 2, [32, 64], [64], 64, lr=0.03, steps=6, long_steps=9, long_every=3, n_test=128)
+    assert out["att_three"].shape == (2, 2) and out["att_zero"].shape == (2, 1)
+    assert len(out["long"]) == len(out["smallV"]) == len(out["reset"]) == len(out["w_norm"]) == 2
+    for s in range(2):
+        prob = lib.make_problem(CFG, s)
+        test, batch = lib.sample_batch(prob, 128, s, split="test"), lib.sample_batch(prob, 64, s)
+        p3 = lib.three_steps(prob, batch, "finite").params
+        summ = lib.learning.trainer.attention_summary(prob, p3, test)
+        assert out["att_three"][s, 1] == summ["att_acc"] and out["ent_three"][s, 1] == summ["entropy"]
+        _, rec = lib.train(prob, batch, steps=6, lr=0.03, record_every=6, test_batch=test)
+        assert out["att_zero"][s, 0] == rec.att_acc[-1] and out["ent_zero"][s, 0] == rec.entropy[-1]
+        _, rec = lib.train(prob, batch, steps=9, lr=0.03, init=p3, record_every=3, test_batch=test)
+        assert out["long"][s].att_acc == rec.att_acc and out["long"][s].step == rec.step
+        _, rec = lib.train(prob, batch, steps=6, lr=0.03, init=lib.Params(p3.W_V, 0 * p3.W_KQ), record_every=6,
+                           test_batch=test)
+        assert out["reset"][s].test_acc == rec.test_acc
+        assert out["w_norm"][s] == float((p3.W_KQ @ prob.z_eos).norm())
+
+
+@pytest.mark.parametrize("kw,name", [(dict(problems=0), "problems"), (dict(n_three=[]), "n_three"),
+                                     (dict(n_trained=[128]), "n_trained"), (dict(n_small=32), "n_small"),
+                                     (dict(lr=0.0), "lr"), (dict(long_every=0), "long_every")])
+def test_attention_starts_names_bad_arguments(kw, name):
+    from lib.experiments.recall import attention_starts
+    args = dict(cfg=CFG, problems=1, n_three=[32, 64], n_trained=[64], n_small=64, lr=0.01) | kw
+    with pytest.raises(ValueError, match=name):
+        attention_starts(**args)
