@@ -131,3 +131,22 @@ def test_hand_built_accuracy_figure_draws_every_series():
     assert len(ax.get_lines()) == 6 and ax.get_xscale() == "log"   # 2 x (points, prediction), attention, d = V
     assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([0.15, 0.5])
     plt.close("all")
+
+
+def test_capacity_searches_start_at_first_seed():
+    from lib.core.memory import trained_capacity
+    one = [hebbian_capacity(16, seeds=1, first_seed=s) for s in range(3)]
+    assert one[0] == hebbian_capacity(16, seeds=1)
+    assert len(set(one)) > 1                        # different memories, different capacities
+    assert trained_capacity(8, 1.0, seeds=1, first_seed=2, steps=50, lr=3.0) == \
+        trained_capacity(8, 1.0, seeds=1, first_seed=2, steps=50, lr=3.0)
+    for bad in (-1, 1.5, "0", True):
+        with pytest.raises(ValueError, match="first_seed"):
+            hebbian_capacity(16, first_seed=bad)
+
+
+def test_every_pair_at_once_is_at_least_as_strict():
+    from lib.core.memory import trained_capacity
+    for s in range(2):
+        assert trained_capacity(16, 1.0, seeds=1, first_seed=s, steps=100, lr=3.0) <= \
+            trained_capacity(16, 0.9, seeds=1, first_seed=s, steps=100, lr=3.0)

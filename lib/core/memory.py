@@ -101,16 +101,18 @@ def train_memory(mem: Memory, cfg: TrainConfig = TrainConfig(), W0: torch.Tensor
 
 
 def _capacity(d: int, threshold: float, seeds: int, embedding: str, n_max: int | None, write,
-              resolution: float) -> int:
-    """Largest n whose memory W = write(mem) recalls >= threshold (mean over seeds): the one
-    monotone search of `lib.core.search` on "n associations are too many", to `resolution`."""
+              resolution: float, first_seed: int = 0) -> int:
+    """Largest n whose memory W = write(mem) recalls >= threshold (mean over the memories of seeds
+    first_seed .. first_seed + seeds - 1): the one monotone search of `lib.core.search` on
+    "n associations are too many", to `resolution`."""
     d, seeds = check_int("d", d, 1), check_int("seeds", seeds, 1)
+    first_seed = check_int("first_seed", first_seed, 0)
     threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
     check_choice("embedding", embedding, EMBEDDINGS)
     n_max = check_int("n_max", n_max, 1) if n_max is not None else 64 * d * d
 
     def too_many(n):
-        mems = (make_memory(n, d, embedding, s) for s in range(seeds))
+        mems = (make_memory(n, d, embedding, s) for s in range(first_seed, first_seed + seeds))
         return sum(recall_accuracy(m, write(m)) for m in mems) / seeds < threshold
 
     found = threshold_search(too_many, 1, n_max, resolution)
@@ -118,21 +120,25 @@ def _capacity(d: int, threshold: float, seeds: int, embedding: str, n_max: int |
 
 
 def hebbian_capacity(d: int, threshold: float = 0.99, seeds: int = 3, embedding: str = "gaussian",
-                     n_max: int | None = None, resolution: float = 0.02) -> int:
-    """Largest n whose Hebbian memory in dimension d recalls >= threshold (mean over seeds).
-    For orthogonal embeddings it is d (n > d orthogonal vectors do not exist)."""
+                     n_max: int | None = None, resolution: float = 0.02, first_seed: int = 0) -> int:
+    """Largest n whose Hebbian memory in dimension d recalls >= threshold (mean over seeds
+    first_seed, first_seed + 1, ...). For orthogonal embeddings it is d (n > d orthogonal vectors
+    do not exist)."""
     if embedding == "orthogonal":
         return check_int("d", d, 1)
-    return _capacity(d, threshold, seeds, embedding, n_max, hebbian, resolution)
+    return _capacity(d, threshold, seeds, embedding, n_max, hebbian, resolution, first_seed)
 
 
 def trained_capacity(d: int, threshold: float = 0.99, seeds: int = 2, embedding: str = "gaussian",
-                     steps: int = 600, lr: float = 0.05, n_max: int | None = None, resolution: float = 0.02) -> int:
+                     steps: int = 600, lr: float = 0.05, n_max: int | None = None, resolution: float = 0.02,
+                     first_seed: int = 0) -> int:
     """Largest n that a memory trained by Adam on the cross-entropy (`train_memory`, `steps`
-    full-batch steps, early stop at the threshold) recalls >= threshold, mean over seeds."""
+    full-batch steps, early stop at the threshold) recalls >= threshold, mean over seeds first_seed,
+    first_seed + 1, ... (threshold 1: every pair at once)."""
     cfg = TrainConfig(steps=check_int("steps", steps, 1), lr=lr, optimizer="adam",
                       target_acc=check_float("threshold", threshold, 0.0, 1.0, strict_min=True))
-    return _capacity(d, threshold, seeds, embedding, n_max, lambda m: train_memory(m, cfg)[0], resolution)
+    return _capacity(d, threshold, seeds, embedding, n_max, lambda m: train_memory(m, cfg)[0], resolution,
+                     first_seed)
 
 
 # ----------------------------------------------------------------------------- chapter 8
