@@ -2,20 +2,28 @@
 
 The chapters follow one exercise convention (see the "For instructors" page):
 
-  exercise statement (markdown)  ->  solution-start (markdown, tag solution-wrapper)
+  exercise statement (markdown)  ->  solution-start fence (markdown, tag solution-wrapper)
+  ->  [written answer: markdown, nbgrader "manually graded answer" (solution + grade, 1 point),
+       holding the instructor's derivation or explanation]
   ->  solution code cell (nbgrader solution, ### BEGIN/END SOLUTION)
-  ->  solution-end (markdown, tag solution-wrapper)  ->  check cell (nbgrader grade, locked, points)
+  ->  solution-end fence (markdown, tag solution-wrapper)  ->  check cell (nbgrader grade, locked, points)
+
+The fences only open and close the solution dropdown of the HTML book; everything a student must not
+see lives in nbgrader cells, so `nbgrader generate_assignment` itself releases no solution (the
+written answer becomes "YOUR ANSWER HERE"). The full nbgrader course workflow is scripts/course.sh.
 
 `student` applies nbgrader's own preprocessors, in the order `nbgrader generate_assignment` uses, to
-each notebook, after removing the solution-wrapper cells (the solution prose and the dropdown fences).
+each notebook, after removing the solution-wrapper cells (the dropdown fences).
 `grade` executes a notebook and scores its check cells; before executing, it puts back the
 instructor's version of every check cell (matched by grade_id), so hidden tests count and an edited
-check cell does not. No nbgrader course directory or gradebook is needed.
+check cell does not. Written answers are not scored (their points are reported, to grade by hand).
+No nbgrader course directory or gradebook is needed.
 
 Usage:
   python scripts/course.py student OUT_DIR [NOTEBOOK ...]     (default: every book/*.ipynb)
   python scripts/course.py grade [--source DIR] [--save-executed DIR] NOTEBOOK ...
-                                                             (prints NAME: S/M per notebook)
+        (prints NAME: S/M per notebook, S/M over the check cells, then "+P by hand" when the
+         notebook has written answers worth P points)
 """
 
 from __future__ import annotations
@@ -53,11 +61,22 @@ def grade_cells(nb) -> list:
     return [c for c in nb.cells if nbg_utils.is_grade(c)]
 
 
+def check_cells(nb) -> list:
+    """The autograded grade cells (code, locked): the exercises' checks."""
+    return [c for c in grade_cells(nb) if not nbg_utils.is_solution(c)]
+
+
+def answer_cells(nb) -> list:
+    """The written answers: markdown cells that nbgrader grades by hand (solution + grade)."""
+    return [c for c in grade_cells(nb) if nbg_utils.is_solution(c) and c.cell_type == "markdown"]
+
+
 def solution_texts(nb) -> list[str]:
-    """The texts a student must not see: solution regions, solution-wrapper cells, hidden tests."""
+    """The texts a student must not see: solution regions, written answers (the instructor's
+    derivations), solution-wrapper cells other than bare fences, hidden tests."""
     texts = []
     for c in nb.cells:
-        if WRAPPER_TAG in c.metadata.get("tags", []):
+        if WRAPPER_TAG in c.metadata.get("tags", []) or (nbg_utils.is_solution(c) and c.cell_type == "markdown"):
             texts.append(c.source)
         texts += [m.group(1) for m in SOLUTION_RE.finditer(c.source)]
         texts += [m.group(1) for m in HIDDEN_RE.finditer(c.source)]
@@ -110,7 +129,7 @@ def write_students(out: pathlib.Path, notebooks: list[pathlib.Path]) -> list[pat
 def restore_checks(nb, instructor):
     """Replace every check cell of nb by the instructor's cell with the same grade_id; add the
     instructor's check cells that nb lacks are counted as missing (0 points)."""
-    ref = {gid: c for gid, c in exercise_cells(instructor).items() if nbg_utils.is_grade(c)}
+    ref = {c.metadata["nbgrader"]["grade_id"]: c for c in check_cells(instructor)}
     seen = set()
     for i, c in enumerate(nb.cells):
         gid = c.metadata.get("nbgrader", {}).get("grade_id")
@@ -129,7 +148,8 @@ def execute(nb, cwd: pathlib.Path, timeout: int = 600):
 
 
 def grade(path: pathlib.Path, source: pathlib.Path = BOOK) -> tuple[float, float, object]:
-    """Execute the notebook at path with the instructor's checks restored; (score, max, executed nb)."""
+    """Execute the notebook at path with the instructor's checks restored; (score, max, executed nb)
+    over the check cells (written answers are graded by hand: see hand_points)."""
     nb = nbformat.read(path, as_version=4)
     instructor_path = source / path.name
     missing = []
@@ -137,13 +157,18 @@ def grade(path: pathlib.Path, source: pathlib.Path = BOOK) -> tuple[float, float
         missing = restore_checks(nb, nbformat.read(instructor_path, as_version=4))
     nb = execute(nb, path.parent.resolve())
     score = max_score = 0.0
-    for c in grade_cells(nb):
+    for c in check_cells(nb):
         s, m = nbg_utils.determine_grade(c)
         score, max_score = score + s, max_score + m
     if missing:                         # a deleted check cell scores 0 of its points
         ref = exercise_cells(nbformat.read(instructor_path, as_version=4))
         max_score += sum(float(ref[g].metadata["nbgrader"]["points"]) for g in missing)
     return score, max_score, nb
+
+
+def hand_points(nb) -> float:
+    """Points of the written answers, which a person grades (nbgrader's formgrader)."""
+    return sum(float(c.metadata["nbgrader"]["points"]) for c in answer_cells(nb))
 
 
 def fmt(x: float) -> str:
@@ -174,7 +199,9 @@ def main(argv=None) -> int:
             status = 2
             continue
         score, max_score, nb = grade(p, a.source)
-        print(f"{p.stem}: {fmt(score)}/{fmt(max_score)}", flush=True)
+        hand = hand_points(nb)
+        print(f"{p.stem}: {fmt(score)}/{fmt(max_score)}" + (f" +{fmt(hand)} by hand" if hand else ""),
+              flush=True)
         if a.save_executed is not None:
             a.save_executed.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, a.save_executed / p.name)

@@ -35,30 +35,44 @@ def test_book_has_chapters_with_exercises():
 
 
 @pytest.mark.parametrize("path", _exercise_chapters(), ids=lambda p: p.stem)
-def test_every_exercise_follows_the_five_cell_convention(path):
+def test_every_exercise_follows_the_cell_convention(path):
     nb = nbformat.read(path, as_version=4)
     cells = nb.cells
-    labels = []
+    labels, answers = [], []
     for i, c in enumerate(cells):
         m = EXERCISE_RE.search(c.source) if c.cell_type == "markdown" else None
         if not m:
             continue
         label = m.group(1)
         labels.append(label)
-        start, sol, end, check = cells[i + 1: i + 5]
-        assert start.source.startswith(f"```{{solution-start}} {label}"), label
+        start = cells[i + 1]
+        # the fence cell holds the directive only: anything else would be released by nbgrader
+        assert start.source == f"```{{solution-start}} {label}\n:class: dropdown\n```", label
         assert "solution-wrapper" in start.metadata.get("tags", []), label
+        j = i + 2
+        if cells[j].cell_type == "markdown":      # the written answer, graded by hand
+            a = cells[j].metadata.get("nbgrader", {})
+            assert nbg_utils.is_solution(cells[j]) and nbg_utils.is_grade(cells[j]), label
+            assert a["grade_id"] == f"{label}-answer" and not a.get("locked") and a["points"] > 0, label
+            assert not cells[j].metadata.get("tags"), label
+            answers.append(label)
+            j += 1
+        sol, end, check = cells[j: j + 3]
         assert nbg_utils.is_solution(sol) and not nbg_utils.is_grade(sol), label
         assert sol.metadata.nbgrader["grade_id"] == f"{label}-solution"
         assert sol.source.startswith("### BEGIN SOLUTION") and sol.source.rstrip().endswith("### END SOLUTION")
-        assert end.source.startswith("```{solution-end}") and "solution-wrapper" in end.metadata.get("tags", [])
+        assert end.source == "```{solution-end}\n```" and "solution-wrapper" in end.metadata.get("tags", [])
         g = check.metadata.get("nbgrader", {})
         assert nbg_utils.is_grade(check) and g.get("locked") and g.get("points", 0) > 0, label
         assert g["grade_id"] == f"{label}-check" and not check.metadata.get("tags"), label
         assert "print(" not in check.source.split("### BEGIN HIDDEN TESTS")[0].replace('print("correct")', ""), \
             f"{label}: a check prints something besides 'correct'"
     assert len(labels) == len(set(labels)) >= 3
-    assert len(course.grade_cells(nb)) == len(labels)
+    assert len(course.check_cells(nb)) == len(labels) and len(course.answer_cells(nb)) == len(answers)
+    assert len(course.grade_cells(nb)) == len(labels) + len(answers)
+    # no other cell is tagged solution-wrapper or carries nbgrader metadata
+    assert sum("solution-wrapper" in c.metadata.get("tags", []) for c in cells) == 2 * len(labels)
+    assert sum("nbgrader" in c.metadata for c in cells) == 2 * len(labels) + len(answers)
 
 
 def test_student_notebooks_have_no_solution_text(tmp_path):
@@ -72,8 +86,10 @@ def test_student_notebooks_have_no_solution_text(tmp_path):
             assert secret.strip() not in text
         for c in student.cells:
             assert "solution-wrapper" not in c.metadata.get("tags", [])
-            if nbg_utils.is_solution(c):
+            if nbg_utils.is_solution(c) and c.cell_type == "code":
                 assert "raise NotImplementedError()" in c.source
+            elif nbg_utils.is_solution(c):
+                assert c.source == "YOUR ANSWER HERE"
             if c.cell_type == "code":
                 assert c.outputs == []
         assert len(course.grade_cells(student)) == len(course.grade_cells(instructor))
@@ -155,15 +171,16 @@ def graded(tmp_path_factory):
 @pytest.mark.parametrize("path", _exercise_chapters(), ids=lambda p: p.stem)
 def test_solutions_score_full_marks(graded, path):
     score, nb = graded["solution", path.stem]
-    m = len(course.grade_cells(nb))
-    assert score == f"{m}/{m}", score
+    m, hand = len(course.check_cells(nb)), course.hand_points(nb)
+    assert score == f"{m}/{m}" + (f" +{course.fmt(hand)} by hand" if hand else ""), score
     assert _errors(nb) == []
 
 
 @pytest.mark.parametrize("path", _exercise_chapters(), ids=lambda p: p.stem)
 def test_untouched_students_score_zero_with_no_other_error(graded, path):
     score, nb = graded["student", path.stem]
-    assert score == f"0/{len(course.grade_cells(nb))}", score
+    hand = course.hand_points(nb)
+    assert score == f"0/{len(course.check_cells(nb))}" + (f" +{course.fmt(hand)} by hand" if hand else ""), score
     # the only errors: the unanswered solution cells and the checks that depend on them
     for cell, err in _errors(nb):
         if nbg_utils.is_solution(cell):
