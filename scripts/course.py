@@ -13,13 +13,23 @@ see lives in nbgrader cells, so `nbgrader generate_assignment` itself releases n
 written answer becomes "YOUR ANSWER HERE"). The full nbgrader course workflow is scripts/course.sh.
 
 `student` applies nbgrader's own preprocessors, in the order `nbgrader generate_assignment` uses, to
-each notebook, after removing the solution-wrapper cells (the dropdown fences).
+each notebook, after removing the solution-wrapper cells (the dropdown fences), and fills in the
+glued numbers as `source` does.
 `grade` executes a notebook and scores its check cells; before executing, it puts back the
 instructor's version of every check cell (matched by grade_id), so hidden tests count and an edited
 check cell does not. Written answers are not scored (their points are reported, to grade by hand).
 No nbgrader course directory or gradebook is needed.
 
 Usage:
+  python scripts/course.py source OUT_DIR [--executed DIR] [NOTEBOOK ...]
+        (nbgrader source notebooks, one folder per chapter: OUT_DIR/<stem>/<stem>.ipynb, the
+         dropdown fences removed, every {glue:text} role replaced by its value from the executed
+         copy in DIR (default _build/jupyter_execute/book, when current) or by a marker)
+  python scripts/course.py sanitize SOURCE_NOTEBOOK SUBMITTED_NOTEBOOK ...
+        (strip the nbgrader metadata of cells whose grade_id the source notebook lacks, and of
+         all but the last cell of a duplicated grade_id)
+  python scripts/course.py export COURSE_DIR OUT.csv
+        (one row per student, assignment and grade cell of COURSE_DIR/gradebook.db)
   python scripts/course.py student OUT_DIR [NOTEBOOK ...]     (default: every book/*.ipynb)
   python scripts/course.py grade [--source DIR] [--save-executed DIR] NOTEBOOK ...
         (prints NAME: S/M per notebook, S/M over the check cells, then "+P by hand" when the
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import pathlib
 import re
 import sys
@@ -49,6 +60,11 @@ HIDDEN_RE = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
 def chapters(source: pathlib.Path = BOOK) -> list[pathlib.Path]:
     """Every chapter notebook of the book, in file order."""
     return sorted(p for p in source.glob("*.ipynb") if not p.name.startswith("."))
+
+
+def exercise_chapters(source: pathlib.Path = BOOK) -> list[pathlib.Path]:
+    """The chapters with at least one check cell."""
+    return [p for p in chapters(source) if check_cells(nbformat.read(p, as_version=4))]
 
 
 def exercise_cells(nb) -> dict:
@@ -111,12 +127,160 @@ def leaked(student_nb, instructor_nb) -> list[str]:
     return found
 
 
-def write_students(out: pathlib.Path, notebooks: list[pathlib.Path]) -> list[pathlib.Path]:
+GLUE_RE = re.compile(r"\{glue:text\}`([^`]*)`")
+GLUE_MARKER = "(`{}`: computed when you run the notebook)"
+EXECUTED = ROOT / "_build" / "jupyter_execute" / "book"
+
+
+def glued_values(executed) -> dict:
+    """name -> text/plain of every value an executed notebook glued (myst_nb.glue outputs)."""
+    values = {}
+    for c in executed.cells:
+        for o in c.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name is None:
+                continue
+            data = o.get("data", {})
+            text = next((v for k, v in data.items() if k.endswith("text/plain")), None)
+            if text is not None:
+                values[name] = text
+    return values
+
+
+def is_current(executed, nb) -> bool:
+    """True when the executed notebook ran exactly the code cells of nb (same sources, same order)."""
+    code = lambda n: [c.source for c in n.cells if c.cell_type == "code"]
+    return code(executed) == code(nb)
+
+
+def fill_glue(nb, values: dict) -> int:
+    """Replace, in every markdown cell, each {glue:text}`key` or {glue:text}`key:fmt` by the value
+    formatted as the book formats it, or by GLUE_MARKER when values lacks the key. Returns the
+    number of roles filled with a value."""
+    from myst_nb.core.variables import format_plain_text
+    filled = 0
+
+    def one(m):
+        nonlocal filled
+        key, _, fmt_spec = m.group(1).partition(":")
+        if key not in values:
+            return GLUE_MARKER.format(key)
+        filled += 1
+        return format_plain_text(values[key], fmt_spec)
+
+    for c in nb.cells:
+        if c.cell_type == "markdown":
+            c.source = GLUE_RE.sub(one, c.source)
+    return filled
+
+
+def current_glue(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTED) -> dict | None:
+    """The glued values of the chapter at path, from its executed copy in executed_dir when that copy
+    ran the chapter's current code cells and is newer than the chapter and every file of lib/ (an
+    edit since the book build makes it stale); None otherwise."""
+    ex_path = executed_dir / path.name if executed_dir is not None else None
+    if ex_path is None or not ex_path.exists():
+        return None
+    executed = nbformat.read(ex_path, as_version=4)
+    newest = max([path.stat().st_mtime] + [p.stat().st_mtime for p in (ROOT / "lib").rglob("*.py")])
+    if is_current(executed, nbformat.read(path, as_version=4)) and ex_path.stat().st_mtime >= newest:
+        return glued_values(executed)
+    print(f"{path.name}: {ex_path} is not an execution of the current chapter and lib/ "
+          "(other code, or older): glued numbers marked instead", file=sys.stderr)
+    return None
+
+
+def source_version(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTED):
+    """The chapter as an nbgrader source notebook: the dropdown fences (solution-wrapper cells)
+    removed, the glued numbers filled in from a current executed copy, else marked. Returns
+    (notebook, number of roles filled, whether an executed copy was used)."""
+    nb = nbformat.read(path, as_version=4)
+    nb.cells = [c for c in nb.cells if WRAPPER_TAG not in c.metadata.get("tags", [])]
+    values = current_glue(path, executed_dir)
+    filled = fill_glue(nb, values or {})
+    return nb, filled, values is not None
+
+
+def write_sources(out: pathlib.Path, notebooks: list[pathlib.Path],
+                  executed_dir: pathlib.Path | None = EXECUTED) -> list[pathlib.Path]:
+    written = []
+    for path in notebooks:
+        nb, filled, used = source_version(path, executed_dir)
+        target = out / path.stem / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, target)
+        print(f"{target}: {filled} glued numbers filled" + ("" if used else " (no executed copy: marked)"))
+        written.append(target)
+    return written
+
+
+def drop_unknown_cells(submitted: pathlib.Path, source: pathlib.Path) -> list[str]:
+    """Strip the nbgrader metadata of the cells of a collected submission that nbgrader means to
+    ignore but on which nbgrader 0.9 refuses the whole notebook: a cell whose grade_id the source
+    notebook lacks (a cell a student invented: "nbgrader cell does not have a grade_id") and all but
+    the last of the cells sharing one grade_id (a copied cell: nbgrader's DeduplicateIds keeps the
+    last one too, but leaves the others with an empty nbgrader metadata that autograde rejects as
+    "an old version of the nbgrader metadata format"). The cell kept is then restored from the
+    gradebook by autograde. Returns the grade_ids dropped, "copy of <id>" for duplicates; the file is
+    rewritten only when something was dropped."""
+    known = set(exercise_cells(nbformat.read(source, as_version=4)))
+    nb = nbformat.read(submitted, as_version=4)
+    dropped, seen = [], set()
+    for c in reversed(nb.cells):
+        if "nbgrader" not in c.metadata:
+            continue
+        gid = c.metadata["nbgrader"].get("grade_id")
+        if gid not in known or gid in seen:
+            dropped.append(f"copy of {gid}" if gid in seen else str(gid))
+            del c.metadata["nbgrader"]
+        else:
+            seen.add(gid)
+    if dropped:
+        nbformat.write(nb, submitted)
+    return dropped[::-1]
+
+
+def export_grades(course_dir: pathlib.Path, out: pathlib.Path) -> int:
+    """Write one CSV row per (student, assignment, grade cell) of the course's gradebook: score and
+    max_score as nbgrader counts them (a written answer scores 0 until graded by hand, and
+    needs_manual_grade stays 1 until then). Rows follow the order of the cells in source/."""
+    from nbgrader.api import Gradebook, MissingEntry
+    rows = []
+    with Gradebook(f"sqlite:///{course_dir.resolve() / 'gradebook.db'}") as gb:
+        for a in sorted(gb.assignments, key=lambda a: a.name):
+            order = {}
+            for nbk in a.notebooks:
+                src = course_dir / "source" / a.name / f"{nbk.name}.ipynb"
+                if src.exists():
+                    cells = nbformat.read(src, as_version=4).cells
+                    order.update({c.metadata["nbgrader"]["grade_id"]: i for i, c in enumerate(cells)
+                                  if nbg_utils.is_grade(c)})
+            for st in sorted(gb.students, key=lambda s: s.id):
+                try:
+                    sub = gb.find_submission(a.name, st.id)
+                except MissingEntry:
+                    continue
+                for snb in sorted(sub.notebooks, key=lambda n: n.name):
+                    for g in sorted(snb.grades, key=lambda g: (order.get(g.name, len(order)), g.name)):
+                        rows.append([st.id, a.name, snb.name, g.name, fmt(g.score), fmt(g.max_score),
+                                     int(bool(g.needs_manual_grade))])
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "assignment", "notebook", "grade_id", "score", "max_score",
+                    "needs_manual_grade"])
+        w.writerows(rows)
+    return len(rows)
+
+
+def write_students(out: pathlib.Path, notebooks: list[pathlib.Path],
+                   executed_dir: pathlib.Path | None = EXECUTED) -> list[pathlib.Path]:
+    """Student notebooks (student_version), each glued number filled in or marked (source_version)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         student = student_version(nb)
+        fill_glue(student, current_glue(path, executed_dir) or {})
         bad = leaked(student, nb)
         if bad:
             raise RuntimeError(f"{path.name}: solution text left in the student notebook: {bad[:3]}")
@@ -178,6 +342,18 @@ def fmt(x: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
+    so = sub.add_parser("source", help="write nbgrader source notebooks (OUT/<stem>/<stem>.ipynb)")
+    so.add_argument("out", type=pathlib.Path)
+    so.add_argument("--executed", type=pathlib.Path, default=EXECUTED,
+                    help="folder of executed chapters whose glued values fill the text (default %(default)s)")
+    so.add_argument("--no-executed", action="store_true", help="mark every glued number instead")
+    so.add_argument("notebooks", nargs="*", type=pathlib.Path)
+    sa = sub.add_parser("sanitize", help="drop invented nbgrader cells of collected submissions")
+    sa.add_argument("source", type=pathlib.Path)
+    sa.add_argument("submitted", nargs="+", type=pathlib.Path)
+    ex = sub.add_parser("export", help="per-exercise grades of a course's gradebook as CSV")
+    ex.add_argument("course", type=pathlib.Path)
+    ex.add_argument("out", type=pathlib.Path)
     s = sub.add_parser("student", help="write student notebooks")
     s.add_argument("out", type=pathlib.Path)
     s.add_argument("notebooks", nargs="*", type=pathlib.Path)
@@ -188,6 +364,18 @@ def main(argv=None) -> int:
                    help="also write each executed notebook (with outputs) into this folder")
     g.add_argument("notebooks", nargs="+", type=pathlib.Path)
     a = ap.parse_args(argv)
+    if a.cmd == "source":
+        write_sources(a.out, a.notebooks or exercise_chapters(), None if a.no_executed else a.executed)
+        return 0
+    if a.cmd == "sanitize":
+        for p in a.submitted:
+            for gid in drop_unknown_cells(p, a.source):
+                print(f"{p}: ignored a cell that is not the assignment's: {gid}")
+        return 0
+    if a.cmd == "export":
+        n = export_grades(a.course, a.out)
+        print(f"{a.out}: {n} rows")
+        return 0
     if a.cmd == "student":
         for p in write_students(a.out, a.notebooks or chapters()):
             print(p)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Write one student notebook per chapter into OUT (default: student/): solutions replaced by
-# `raise NotImplementedError()`, solution prose and hidden tests removed, check cells kept and locked.
+# Write one student notebook per chapter into OUT: solutions replaced by `raise NotImplementedError()`,
+# written answers by "YOUR ANSWER HERE", hidden tests and dropdown fences removed, check cells kept
+# and locked, glued numbers filled in from a current book build (else marked). For a course on
+# nbgrader's own pipeline (release, autograde, gradebook, feedback) use scripts/course.sh.
 #   bash scripts/student.sh OUT [NOTEBOOK ...]      (default: every book/*.ipynb)
 set -euo pipefail
 cd "$(dirname "$0")/.."

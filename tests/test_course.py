@@ -5,6 +5,7 @@ The whole-chapter grading executes every chapter twice (solution and student ver
 10 s a notebook on two CPU cores.
 """
 
+import copy
 import importlib.util
 import os
 import pathlib
@@ -93,6 +94,7 @@ def test_student_notebooks_have_no_solution_text(tmp_path):
             if c.cell_type == "code":
                 assert c.outputs == []
         assert len(course.grade_cells(student)) == len(course.grade_cells(instructor))
+        assert "{glue:" not in text              # every glued number filled in or marked
 
 
 def test_student_script_refuses_missing_output_folder():
@@ -187,3 +189,36 @@ def test_untouched_students_score_zero_with_no_other_error(graded, path):
             assert err.ename == "NotImplementedError", cell.source
         else:
             assert nbg_utils.is_grade(cell), f"a non-exercise cell failed in the student notebook: {cell.source[:200]}"
+
+
+def _glue_toy(tmp_path, code="x = 1"):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("a {glue:text}`x:.2f`, b {glue:text}`n`, c {glue:text}`gone:.1f`"),
+                nbformat.v4.new_code_cell("x = 1")]
+    (tmp_path / "book").mkdir()
+    nbformat.write(nb, tmp_path / "book" / "toy.ipynb")
+    ex = copy.deepcopy(nb)
+    ex.cells[1].source = code
+    ex.cells[1].outputs = [nbformat.v4.new_output(
+        "display_data", data={"application/papermill.record/text/plain": text},
+        metadata={"scrapbook": {"mime_prefix": "application/papermill.record/", "name": name}})
+        for name, text in (("x", "0.123456"), ("n", "7"))]
+    (tmp_path / "executed").mkdir()
+    nbformat.write(ex, tmp_path / "executed" / "toy.ipynb")
+    return tmp_path / "book" / "toy.ipynb", tmp_path / "executed"
+
+
+def test_source_fills_glued_numbers_from_a_current_execution(tmp_path):
+    path, executed = _glue_toy(tmp_path)
+    nb, filled, used = course.source_version(path, executed)
+    assert (filled, used) == (2, True)
+    assert nb.cells[0].source == "a 0.12, b 7, c (`gone`: computed when you run the notebook)"
+
+
+def test_source_marks_glued_numbers_when_the_execution_is_stale_or_absent(tmp_path):
+    path, executed = _glue_toy(tmp_path, code="x = 2")      # executed from other code: not used
+    for where in (executed, tmp_path / "nowhere", None):
+        nb, filled, used = course.source_version(path, where)
+        assert (filled, used) == (0, False)
+        assert nb.cells[0].source == ("a (`x`: computed when you run the notebook), b (`n`: computed when you "
+                                      "run the notebook), c (`gone`: computed when you run the notebook)")
