@@ -3,7 +3,7 @@
 students, released, collected, autograded, exported per exercise and given feedback; and
 nbgrader's own generate_assignment, run on every chapter as it is in book/, releases no solution.
 
-The mock course executes chapter 1 three times, one thread each (140 s of fixture on two shared
+The mock course executes chapter 1 three times, one thread each (about 155 s of fixture on two shared
 cores); the release of every chapter takes about 30 s: about 3 minutes in all.
 """
 
