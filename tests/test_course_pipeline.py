@@ -224,3 +224,11 @@ def test_released_notebook_is_clean(mock_course):
     assert re.search(r"\(`bayes_unmarked`: computed when you run the notebook\)", text)
     assert leaks(released, nbformat.read(CHAPTER, as_version=4)) == []
     assert json.loads((c / "release" / A / f"{A}.ipynb").read_text())["metadata"]["kernelspec"]["name"] == "python3"
+
+
+def test_course_script_usage():
+    r = subprocess.run(["bash", str(COURSE_SH)], capture_output=True, text=True, env=ENV)
+    assert r.returncode == 2 and "course.sh init COURSE" in r.stderr
+    r = subprocess.run(["bash", str(COURSE_SH), "autograde", "/nonexistent/course"], capture_output=True,
+                       text=True, env=ENV)
+    assert r.returncode == 2 and "no course folder" in r.stderr
