@@ -3,8 +3,8 @@
 students, released, collected, autograded, exported per exercise and given feedback; and
 nbgrader's own generate_assignment, run on every chapter as it is in book/, releases no solution.
 
-The mock course executes chapter 1 three times, one thread each (about 155 s of fixture on two shared
-cores); the release of every chapter takes about 30 s: about 3 minutes in all.
+The mock course executes chapter 1 three times, one thread each (fixture 155 to 200 s on two cores
+shared with other work); the release of every chapter takes 15 to 25 s: 3 to 4 minutes in all.
 """
 
 import copy
