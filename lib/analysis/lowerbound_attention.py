@@ -45,8 +45,14 @@ _PHI_X = np.exp(-_X * _X / 2) / math.sqrt(2 * math.pi)
 _R = np.linspace(-15.0, 15.0, 1201)                       # r grid of the tabulated mixture
 
 
+L_MAX = 4096                                              # the K-mixture costs O(L^2); larger L is refused
+
+
 def _sizes(V, d, L):
-    return check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
+    V, d, L = check_int("V", V, 2), check_int("d", d, 1), check_int("L", L, 2)
+    if L > L_MAX:
+        raise ValueError(f"L must be <= {L_MAX} (the rival-count mixture costs O(L^2)), got {L}")
+    return V, d, L
 
 
 def _threshold(threshold) -> float:
@@ -63,6 +69,8 @@ def distinct_law(V: int, L: int) -> np.ndarray:
     sequence that differ from the informative token (each other token uniform over V, independent):
     the chain s -> s + 1 with probability (V - 1 - s)/V, once per other token."""
     V, L = check_int("V", V, 2), check_int("L", L, 1)
+    if L > L_MAX:
+        raise ValueError(f"L must be <= {L_MAX}, got {L}")
     p = np.zeros(L)
     p[0] = 1.0
     s = np.arange(L)
@@ -95,7 +103,7 @@ def gaussian_mixture_accuracy(r, V: int, L: int):
     """A(r) = E_K g_K(r): the attention accuracy when the informative position's score exceeds the token
     scores' common mean by r standard deviations and all scores are independent Gaussians (chapter 5's
     Gaussian accuracy with the number of distinct rivals K of `distinct_law`). Accepts an array of r."""
-    V, L = check_int("V", V, 2), check_int("L", L, 2)
+    V, _, L = _sizes(V, 1, L)
     r = np.asarray(r, float)
     if np.isnan(r).any():
         raise ValueError("r must not be NaN")
@@ -106,7 +114,7 @@ def gaussian_mixture_accuracy(r, V: int, L: int):
 def critical_ratio(V: int, L: int, threshold: float = 0.99) -> float:
     """r_t: the smallest r with gaussian_mixture_accuracy(r, V, L) >= threshold (on the tabulated grid,
     linear interpolation between its nodes)."""
-    V, L = check_int("V", V, 2), check_int("L", L, 2)
+    V, _, L = _sizes(V, 1, L)
     t = _threshold(threshold)
     G = _g_table(V, L)
     if G[-1] < t:                                  # unreachable on |r| <= 15 (never for t < 1 - 1e-12)
