@@ -44,3 +44,15 @@ print("acc    " + "  ".join(f"{x:6.4f}" for x in m))
 print("s.e.   " + "  ".join(f"{x:6.4f}" for x in se))
 print("paired gain of theta=0 over the best theta>0: min over problems", f"{(acc[:, 0] - acc[:, 1:].max(1)).min():+.4f}",
       "mean", f"{(acc[:, 0] - acc[:, 1:].max(1)).mean():+.4f}")
+
+# the sign condition of step (ii): the trigger's bonus along Y, z . Y, over problems and N = 1, 4, 16, 64, 256
+signs = []
+for s in range(P):
+    p = lib.make_problem(cfg, s)
+    b = lib.sample_batch(p, 256, s)
+    for n in (1, 4, 16, 64, 256):
+        Y = lib.three_steps(p, b.slice(0, n), mode="limit").k
+        signs.append(float(p.z_trig @ Y / (p.z_trig.norm() * Y.norm())))
+        if signs[-1] < 0:
+            print(f"  negative: problem {s}, N = {n}")
+print(f"cos(z, Y) over {P} problems x N in (1, 4, 16, 64, 256): min {min(signs):+.3f}, negative in {sum(c < 0 for c in signs)} of {len(signs)}")
