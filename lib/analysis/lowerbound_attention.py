@@ -4,16 +4,16 @@
 
 The class.  After the first step V^1 = eta G1 the attention gradient at W_KQ = 0 is rank one along the
 step-2 direction Y = k (one batch of N samples: the three steps' own k, chapter 5). A learner of the class
-outputs k_hat = f(Y, S, U): f any measurable map, S any side information that does not change when the
-input embeddings and the trigger are rotated together (token ids, labels, the output embeddings), U
-independent randomness; f does not read the input embeddings E or the trigger z (embedding-blind). It
+outputs k_hat = f(Y, S, omega): f any measurable map, S any side information that does not change when
+the input embeddings and the trigger are rotated together (token ids, labels, the output embeddings),
+omega independent randomness; f does not read the input embeddings E or the trigger z (embedding-blind). It
 attends by hard attention argmax_t h_t . k_hat (limit mode); the risk is the mean attention accuracy over
-problems (E, z i.i.d. N(0, I/d)), batches and U.
+problems (E, z i.i.d. N(0, I/d)), batches and omega.
 
 The theorem (docs_draft/lower_bound_theorem.md, Sec. 3).  (i) Proved, exactly: every rule of the class has
 the accuracy of a rotation-equivariant randomised rule k_hat = cos(theta) Y/|Y| + sin(theta) W, W uniform
-on the unit sphere orthogonal to Y, theta a function of (|Y|, S, U). (ii) Proved under Gaussian scores:
-theta = 0 is optimal, so no rule of the class beats k_hat = Y. (iii) Under the reduction (assumed, its
+on the unit sphere orthogonal to Y, theta a function of (|Y|, S, omega). (ii) Proved under Gaussian scores:
+theta = 0 is optimal up to P(z . Y < 0), so no rule of the class beats k_hat = Y. (iii) Under the reduction (assumed, its
 constants checked by measurement): the noise-to-signal ratio of the token scores along Y is at least
 
     1/r(N)^2 = 1/d + X_lo(N),   X_lo(N) = (B_lo + Q_lo / N) / (N + beta)^2,
@@ -128,8 +128,8 @@ def critical_ratio(V: int, L: int, threshold: float = 0.99) -> float:
 def bias_floor(V: int, d: int, L: int) -> float:
     """B_lo = B / 4, B = lib.theory.imbalance_noise(V, d, L) = L^2 (L-2)^2 rho (rho^2 + 3 rho + 1) / V^2:
     the squared token-score spread of the self-term's bias D_perp (chapter 5), in units of mu_inf^2, at a
-    quarter of its leading order (the exact per-problem value scatters; measured at least 0.26 B,
-    docs_draft/lower_bound_theorem.md Sec. 2)."""
+    quarter of its leading order (the exact per-problem value scatters: at least 0.21 B on the 60 problems of
+    docs_draft/lower_bound_theorem.md Sec. 2, at least 0.26 B in all its rows but one)."""
     from ..theory import imbalance_noise
     V, d, L = _sizes(V, d, L)
     return imbalance_noise(V, d, L) / 4.0
@@ -138,8 +138,8 @@ def bias_floor(V: int, d: int, L: int) -> float:
 def self_pair_floor(V: int, d: int, L: int) -> float:
     """Q_lo = L^2 rho (1 + rho), rho = V/d: the leading order of the token-score noise Q[s] of one sample
     paired with itself (its L - 1 token embeddings weighted by their in-sequence overlaps), in units of
-    mu_inf^2; the exact Q[s] (`lib.analysis.k_noise.k_noise_moments`, 'perp', 'self') was 2.2 to 5.7 times
-    it on the problems of docs_draft/lower_bound_theorem.md Sec. 2."""
+    mu_inf^2; the exact Q[s] (`lib.analysis.k_noise.k_noise_moments`, 'perp', 'self') was at least 1.88 times
+    it (row means 3.0 to 6.7) on the 60 problems of docs_draft/lower_bound_theorem.md Sec. 2."""
     V, d, L = _sizes(V, d, L)
     rho = V / d
     return L * L * rho * (1 + rho)
