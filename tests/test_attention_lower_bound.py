@@ -1,5 +1,5 @@
 """The attention lower bound N_lower(V, d, L, t) (lib.analysis.lowerbound_attention, re-exported by
-lib.lowerbound; docs_draft/lower_bound_theorem.md): validation, the root it computes, monotonicity in t, N,
+lib.lowerbound; the theorem of chapter 9): validation, the root it computes, monotonicity in t, N,
 d and L, the Gaussian accuracy against simulation, the theorem's steps checked on the three steps' own k
 (rotation equivariance, theta = 0 best, the reduction's noise floors below the exact moments), and the bound
 below measured three-step critical N and its ceiling above measured mean accuracies."""
@@ -166,3 +166,20 @@ def test_ceiling_above_measured_mean_accuracy():
             p = _problem(V, d, L, s)
             accs.append(attention_accuracy(p, lib.three_steps(p, lib.sample_batch(p, N, s), mode="limit").k))
         assert np.mean(accs) < la.accuracy_ceiling(N, V, d, L)
+
+
+@pytest.mark.parametrize("V, d, L, N, seed", [(64, 16, 8, 32, 5), (32, 48, 12, 7, 1)])
+def test_step2_direction_is_the_three_steps_k_and_rotation_equivariant(V, d, L, N, seed):
+    p = lib.make_problem(lib.TaskConfig(V=V, d=d, L=L, dtype="float64", device="cpu"), seed)
+    b = lib.sample_batch(p, N, seed)
+    k, Y = lib.three_steps(p, b, mode="limit").k, lb.step2_direction(p, b)
+    assert float(k @ Y / (k.norm() * Y.norm())) > 1 - 1e-12          # same direction, positive factor
+    R, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    pr = dataclasses.replace(p, E=p.E @ R.T, z_trig=R @ p.z_trig)
+    assert float((lb.step2_direction(pr, b) - R @ Y).norm() / Y.norm()) < 1e-12
+
+
+def test_step2_direction_refuses_the_trigger_out_of_the_value_path():
+    p = lib.make_problem(lib.TaskConfig(V=32, d=16, L=8, trigger_in_value=False, dtype="float64", device="cpu"), 0)
+    with pytest.raises(ValueError, match="trigger_in_value"):
+        lb.step2_direction(p, lib.sample_batch(p, 4, 0))

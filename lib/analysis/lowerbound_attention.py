@@ -1,6 +1,6 @@
 """A lower bound on N for locating the trigger with an embedding-blind function of the step-2 direction
-(chapter 9; the book's own derivation, docs_draft/lower_bound_theorem.md). Re-exported by
-`lib.analysis.lowerbound`.
+(chapter 9, the theorem "Attention lower bound for embedding-blind learners": the book's own
+derivation, for the class defined there). Re-exported by `lib.analysis.lowerbound`.
 
 The class.  After the first step V^1 = eta G1 the attention gradient at W_KQ = 0 is rank one along the
 step-2 direction Y = k (one batch of N samples: the three steps' own k, chapter 5). A learner of the class
@@ -10,7 +10,7 @@ omega independent randomness; f does not read the input embeddings E or the trig
 attends by hard attention argmax_t h_t . k_hat (limit mode); the risk is the mean attention accuracy over
 problems (E, z i.i.d. N(0, I/d)), batches and omega.
 
-The theorem (docs_draft/lower_bound_theorem.md, Sec. 3).  (i) Proved, exactly: every rule of the class has
+The theorem (chapter 9).  (i) Proved, exactly: every rule of the class has
 the accuracy of a rotation-equivariant randomised rule k_hat = cos(theta) Y/|Y| + sin(theta) W, W uniform
 on the unit sphere orthogonal to Y, theta a function of (|Y|, S, omega). (ii) Proved under Gaussian scores:
 theta = 0 is optimal up to P(z . Y < 0), so no rule of the class beats k_hat = Y. (iii) Under the reduction (assumed, its
@@ -128,8 +128,8 @@ def critical_ratio(V: int, L: int, threshold: float = 0.99) -> float:
 def bias_floor(V: int, d: int, L: int) -> float:
     """B_lo = B / 4, B = lib.theory.imbalance_noise(V, d, L) = L^2 (L-2)^2 rho (rho^2 + 3 rho + 1) / V^2:
     the squared token-score spread of the self-term's bias D_perp (chapter 5), in units of mu_inf^2, at a
-    quarter of its leading order (the exact per-problem value scatters: at least 0.21 B on the 60 problems of
-    docs_draft/lower_bound_theorem.md Sec. 2, at least 0.26 B in all its rows but one)."""
+    quarter of its leading order (the exact per-problem value scatters: at least 0.21 B on 60 problems at V = 64 and
+    128 measured with exact moments, at least 0.26 B on all of them but one configuration)."""
     from ..theory import imbalance_noise
     V, d, L = _sizes(V, d, L)
     return imbalance_noise(V, d, L) / 4.0
@@ -139,7 +139,7 @@ def self_pair_floor(V: int, d: int, L: int) -> float:
     """Q_lo = L^2 rho (1 + rho), rho = V/d: the leading order of the token-score noise Q[s] of one sample
     paired with itself (its L - 1 token embeddings weighted by their in-sequence overlaps), in units of
     mu_inf^2; the exact Q[s] (`lib.analysis.k_noise.k_noise_moments`, 'perp', 'self') was at least 1.88 times
-    it (row means 3.0 to 6.7) on the 60 problems of docs_draft/lower_bound_theorem.md Sec. 2."""
+    it (row means 3.0 to 6.7) on the same 60 problems."""
     V, d, L = _sizes(V, d, L)
     rho = V / d
     return L * L * rho * (1 + rho)
@@ -160,7 +160,7 @@ def excess_noise_floor(N, V: int, d: int, L: int):
 
 def accuracy_ceiling(N, V: int, d: int, L: int):
     """A(r(N)), 1/r(N)^2 = 1/d + X_lo(N): the theorem's ceiling on the mean attention accuracy of the class
-    on N samples (docs_draft/lower_bound_theorem.md). Accepts an array of N."""
+    on N samples (chapter 9's theorem, part iii). Accepts an array of N."""
     V, d, L = _sizes(V, d, L)
     r = 1.0 / np.sqrt(1.0 / d + np.asarray(excess_noise_floor(N, V, d, L)))
     return gaussian_mixture_accuracy(r, V, L)
@@ -169,7 +169,7 @@ def accuracy_ceiling(N, V: int, d: int, L: int):
 def attention_lower_bound(V: int, d: int, L: int, threshold: float = 0.99) -> float:
     """N_lower(V, d, L, t): below it no embedding-blind function of the step-2 direction k of N samples
     (the three steps' k included) attends to the informative position with mean accuracy >= t, hard
-    attention (docs_draft/lower_bound_theorem.md: proved up to the reduction of its Sec. 2). The root of
+    attention (chapter 9's theorem: proved up to the reduction (R1)-(R3) stated there). The root of
     X_lo(N) = 1/r_t^2 - 1/d (`excess_noise_floor`, `critical_ratio`), by bisection in log N to 1e-10
     relative; inf at and beyond the population wall 1/r_t^2 <= 1/d. A float, possibly below 1."""
     V, d, L = _sizes(V, d, L)
@@ -187,3 +187,22 @@ def attention_lower_bound(V: int, d: int, L: int, threshold: float = 0.99) -> fl
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if X(mid) > q else (lo, mid)
     return hi
+
+
+def step2_direction(problem, batch) -> "torch.Tensor":
+    """(d,) the step-2 direction of one batch, Y = (1/N^2) sum_{n,m} (a_{y_n} . a_{y_m}) C_n obar_m (chapter 9's
+    class): a = u - u_bar, obar_n the mean of sample n's keys h_{n,t} = e_{x_{n,t}} + 1[t = l_n] z_trig, C_n their
+    covariance within the sample. It is the three steps' key direction k (limit mode) up to a positive factor.
+    Only for the trigger in the value path (the chapter's setting: there the values' mean is obar_n)."""
+    import torch
+    if not problem.cfg.trigger_in_value:
+        raise ValueError("step2_direction needs the trigger in the value path (TaskConfig.trigger_in_value=True)")
+    if problem.cfg.model != "attn":
+        raise ValueError(f"step2_direction is for the attention-only model, got model={problem.cfg.model!r}")
+    N, L = batch.tokens.shape
+    h = problem.E[batch.tokens.long()].clone()
+    h[torch.arange(N), batch.pos.long()] += problem.z_trig
+    ob = h.mean(1)
+    C = torch.einsum("ntd,nte->nde", h, h) / L - torch.einsum("nd,ne->nde", ob, ob)
+    a = problem.U[batch.labels.long()] - problem.U.mean(0)
+    return torch.einsum("nm,nde,me->d", a @ a.T, C, ob) / N ** 2
