@@ -6,7 +6,7 @@ import pytest
 
 import lib
 from lib import lowerbound as lb
-from lib.analysis.lowerbound_checks import (enumerated_bits, estimator_nstar_grid, lookup_guess_accuracies,
+from lib.analysis.lowerbound_checks import (attention_nstar_grid, enumerated_bits, estimator_nstar_grid, lookup_guess_accuracies,
                                             permutation_bit_rows)
 
 
@@ -54,3 +54,20 @@ def test_lookup_guesses_are_right_on_seen_tokens_and_reproducible():
     assert acc == lookup_guess_accuracies(4, 200, 3)
     with pytest.raises(ValueError, match="reps"):
         lookup_guess_accuracies(4, 0, 3)
+
+
+def test_attention_grid_matches_single_calls_and_marks_unreached_as_nan():
+    from lib.analysis.margins import attention_nstar
+    cfgs = [lib.TaskConfig(V=32, d=16, L=8, device="cpu"), lib.TaskConfig(V=32, d=24, L=8, device="cpu")]
+    ns = attention_nstar_grid(cfgs, 2, 0.9, n_max=2 ** 8)
+    assert ns.shape == (2, 2)
+    for s in range(2):
+        for j, c in enumerate(cfgs):
+            one = attention_nstar(c, seed=s, threshold=0.9, n_min=1, n_max=2 ** 8)
+            assert (np.isnan(ns[s, j]) and math.isinf(one)) or ns[s, j] == one
+    # d = 4 is past the population wall d <= r*^2 at L = 16: no N reaches 0.999, every entry is nan
+    assert np.isnan(attention_nstar_grid([lib.TaskConfig(V=32, d=4, L=16, device="cpu")], 2, 0.999, n_max=2 ** 6)).all()
+    with pytest.raises(ValueError, match="problems"):
+        attention_nstar_grid(cfgs, 0)
+    with pytest.raises(ValueError, match="configs"):
+        attention_nstar_grid([], 1)

@@ -23,6 +23,11 @@ lower bound for functions of G1).
 first-gradient estimator than the column-wise argmax. `estimator_nstars` measures the critical N of
 these estimators on nested batches (one count table, grown chunk by chunk), and `three_steps_nstar`
 that of the three steps by the same rule on the same grid, problems and data.
+
+The attention lower bound (`attention_lower_bound`, in `lowerbound_attention`, re-exported here): no
+embedding-blind function of the step-2 direction k of N samples (the three steps' k included) locates the
+informative position with mean accuracy >= t below N_lower(V, d, L, t), in which N, d and L enter
+together (chapter 9's theorem for embedding-blind learners).
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ import torch
 from ..core.config import TaskConfig, check_float, check_int
 from ..core.embeddings import Problem, check_problem, make_problem
 from ..core.task import Batch, check_batch, sample_batch
+from .lowerbound_attention import (accuracy_ceiling, attention_lower_bound, critical_ratio,  # noqa: F401
+                                   distinct_law, excess_noise_floor, gaussian_mixture_accuracy,
+                                   step2_direction)
 
 ESTIMATORS = ("bayes", "matched", "readout", "inversion", "assignment")
 

@@ -1,0 +1,185 @@
+"""The attention lower bound N_lower(V, d, L, t) (lib.analysis.lowerbound_attention, re-exported by
+lib.lowerbound; the theorem of chapter 9): validation, the root it computes, monotonicity in t, N,
+d and L, the Gaussian accuracy against simulation, the theorem's steps checked on the three steps' own k
+(rotation equivariance, theta = 0 best, the reduction's noise floors below the exact moments), and the bound
+below measured three-step critical N and its ceiling above measured mean accuracies."""
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import lib
+from lib import lowerbound as lb
+from lib.analysis import lowerbound_attention as la
+from lib.analysis.margins import attention_accuracy, attention_nstar
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(V=1, d=32, L=16), "V"), (dict(V=64.5, d=32, L=16), "V"), (dict(V="64", d=32, L=16), "V"),
+    (dict(V=64, d=0, L=16), "d"), (dict(V=64, d=None, L=16), "d"), (dict(V=64, d=-3, L=16), "d"),
+    (dict(V=64, d=32, L=1), "L"), (dict(V=64, d=32, L=True), "L"), (dict(V=64, d=32, L=10 ** 9), "L"),
+    (dict(V=64, d=32, L=16, threshold=1.0), "threshold"), (dict(V=64, d=32, L=16, threshold=0.0), "threshold"),
+    (dict(V=64, d=32, L=16, threshold=float("nan")), "threshold"), (dict(V=64, d=32, L=16, threshold="0.9"), "threshold"),
+    (dict(V=64, d=32, L=16, threshold=True), "threshold"),
+])
+def test_validation_names_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        lb.attention_lower_bound(**kwargs)
+
+
+def test_other_entry_points_validate():
+    with pytest.raises(ValueError, match="N"):
+        la.excess_noise_floor(0, 128, 32, 16)
+    with pytest.raises(ValueError, match="N"):
+        la.accuracy_ceiling([4, float("inf")], 128, 32, 16)
+    with pytest.raises(ValueError, match="r"):
+        la.gaussian_mixture_accuracy(float("nan"), 128, 16)
+    with pytest.raises(ValueError, match="L"):
+        la.distinct_law(128, 10 ** 7)
+
+
+def test_reexported_float_and_large_sizes_cheap():
+    assert lb.attention_lower_bound is la.attention_lower_bound
+    v = lb.attention_lower_bound(128, 32, 16)
+    assert isinstance(v, float) and 1 < v < 100
+    # huge V and d allocate nothing of their size; the largest allowed L stays cheap
+    assert math.isfinite(lb.attention_lower_bound(10 ** 9, 10 ** 6, 64))
+    assert lb.attention_lower_bound(4096, 256, la.L_MAX) > lb.attention_lower_bound(4096, 256, 64)
+
+
+def test_distinct_law_against_enumeration():
+    import itertools
+    V, L = 5, 4
+    counts = np.zeros(L)
+    for x in range(V):
+        for others in itertools.product(range(V), repeat=L - 1):
+            counts[len(set(others) - {x})] += 1
+    assert np.allclose(la.distinct_law(V, L), counts / counts.sum(), atol=1e-12)
+
+
+def test_gaussian_mixture_accuracy_against_simulation():
+    """A(r) = E_K g_K(r): simulate K from the token draws and Gaussian scores."""
+    g = np.random.default_rng(0)
+    V, L, n = 32, 16, 200_000
+    for r in (1.0, 3.0):
+        tok = g.integers(0, V, size=(n, L))
+        K = np.array([len(set(row[1:]) - {row[0]}) for row in tok])
+        X0 = g.standard_normal(n) + r
+        best = np.full(n, -np.inf)
+        for k in range(1, L):
+            best = np.where(K >= k, np.maximum(best, g.standard_normal(n)), best)
+        sim = float((X0 > best).mean())
+        assert abs(sim - la.gaussian_mixture_accuracy(r, V, L)) < 4 * math.sqrt(sim * (1 - sim) / n) + 2e-4
+
+
+def test_root_and_ceiling():
+    V, d, L, t = 128, 32, 16, 0.99
+    N = lb.attention_lower_bound(V, d, L, t)
+    q = 1 / la.critical_ratio(V, L, t) ** 2 - 1 / d
+    assert abs(la.excess_noise_floor(N, V, d, L) / q - 1) < 1e-8
+    assert abs(la.accuracy_ceiling(N, V, d, L) - t) < 1e-4
+    assert la.accuracy_ceiling(0.8 * N, V, d, L) < t - 1e-3
+    # the ceiling rises with N, and the critical ratio with the threshold
+    c = la.accuracy_ceiling(np.geomspace(0.5, 4096, 40), V, d, L)
+    assert np.all(np.diff(c) >= 0) and c[0] < 0.9
+    assert la.critical_ratio(V, L, 0.9) < la.critical_ratio(V, L, 0.99) < la.critical_ratio(V, L, 0.999)
+
+
+def test_monotone_and_moves_with_L_and_d():
+    vals = [lb.attention_lower_bound(128, 32, 16, t) for t in (0.5, 0.8, 0.9, 0.99)]
+    assert all(a < b for a, b in zip(vals, vals[1:]))
+    along_L = [lb.attention_lower_bound(128, 32, L) for L in (8, 16, 32, 64)]
+    along_d = [lb.attention_lower_bound(128, d, 16) for d in (24, 32, 48, 64, 96)]
+    assert all(b > 2 * a for a, b in zip(along_L, along_L[1:]))       # grows with L
+    assert all(a > b for a, b in zip(along_d, along_d[1:]))           # falls with d
+    assert lb.attention_lower_bound(128, 48, 32) < lb.attention_lower_bound(128, 32, 32)
+    assert math.isinf(lb.attention_lower_bound(128, 16, 16))          # the population wall d < r_t^2
+    assert lb.attention_lower_bound(256, 32, 16) != lb.attention_lower_bound(128, 32, 16)
+
+
+def _problem(V, d, L, seed):
+    return lib.make_problem(lib.TaskConfig(V=V, d=d, L=L), seed)
+
+
+def test_step_i_the_step2_direction_is_rotation_equivariant():
+    """Premise of step (i): k(R E, R z) = R k(E, z) on the same batch (the class's reduction is exact)."""
+    p = _problem(64, 16, 8, 3)
+    b = lib.sample_batch(p, 32, 3)
+    R, _ = torch.linalg.qr(torch.randn(16, 16, generator=torch.Generator().manual_seed(5), dtype=p.E.dtype))
+    k = lib.three_steps(p, b, mode="limit").k
+    kr = lib.three_steps(dataclasses.replace(p, E=p.E @ R.T, z_trig=R @ p.z_trig), b, mode="limit").k
+    assert float((kr - R @ k).norm() / k.norm()) < 1e-5
+    assert float((kr - k).norm() / k.norm()) > 0.1                   # the rotation did move k
+
+
+def test_step_ii_theta_zero_is_best_on_the_three_steps_k():
+    """Mixing a uniform direction orthogonal to Y into k_hat = Y lowers the mean attention accuracy."""
+    thetas = (0.0, 0.3, 0.6, 1.2)
+    acc = np.zeros((6, len(thetas)))
+    for s in range(6):
+        p = _problem(128, 32, 16, s)
+        Y = lib.three_steps(p, lib.sample_batch(p, 16, s), mode="limit").k
+        y = Y / Y.norm()
+        g = torch.Generator().manual_seed(s)
+        for i, th in enumerate(thetas):
+            vals = []
+            for _ in range(4):
+                w = torch.randn(32, generator=g, dtype=Y.dtype)
+                w = w - (w @ y) * y
+                vals.append(attention_accuracy(p, math.cos(th) * y + math.sin(th) * w / w.norm()))
+            acc[s, i] = np.mean(vals)
+    m = acc.mean(0)
+    assert all(a > b for a, b in zip(m, m[1:])), m
+
+
+def test_step_iii_floors_below_exact_moments():
+    """Q_lo <= Q[s] (the self-pair's token-score noise, exact moment) and B_lo <= the exact bias, per problem."""
+    from lib.analysis import k_noise as kn
+    from lib.analysis import margins as mg
+    for (V, d, L, s) in ((128, 32, 16, 0), (64, 32, 8, 1)):
+        p = _problem(V, d, L, s)
+        m = kn.k_noise_moments(p, samples=2000, seed=1)["perp"]
+        assert m["self"] > 1.5 * la.self_pair_floor(V, d, L)
+        z = p.z_trig
+        D = mg.k_self_term(p)
+        Dp = D - (D @ z) / (z @ z) * z
+        Bx = float((p.E @ Dp).var(correction=0)) / float(z @ mg.k_population(p)) ** 2 * float(z @ z)
+        assert Bx > la.bias_floor(V, d, L)
+
+
+@pytest.mark.parametrize("V, d, L", [(128, 32, 16), (128, 32, 32), (64, 32, 8)])
+def test_bound_below_measured_three_step_nstar(V, d, L):
+    ns = [attention_nstar(lib.TaskConfig(V=V, d=d, L=L), seed=s, n_min=1, n_max=2 ** 12) for s in range(3)]
+    gm = float(np.exp(np.mean(np.log(ns))))
+    nl = lb.attention_lower_bound(V, d, L)
+    print(f"\n(V, d, L) = {(V, d, L)}: three-step N* {ns}, geo-mean {gm:.1f}, N_lower {nl:.2f}, ratio {gm / nl:.2f}")
+    assert nl <= gm <= 16 * nl
+
+
+def test_ceiling_above_measured_mean_accuracy():
+    V, d, L, P = 128, 32, 32, 8
+    for N in (16, 64):
+        accs = []
+        for s in range(P):
+            p = _problem(V, d, L, s)
+            accs.append(attention_accuracy(p, lib.three_steps(p, lib.sample_batch(p, N, s), mode="limit").k))
+        assert np.mean(accs) < la.accuracy_ceiling(N, V, d, L)
+
+
+@pytest.mark.parametrize("V, d, L, N, seed", [(64, 16, 8, 32, 5), (32, 48, 12, 7, 1)])
+def test_step2_direction_is_the_three_steps_k_and_rotation_equivariant(V, d, L, N, seed):
+    p = lib.make_problem(lib.TaskConfig(V=V, d=d, L=L, dtype="float64", device="cpu"), seed)
+    b = lib.sample_batch(p, N, seed)
+    k, Y = lib.three_steps(p, b, mode="limit").k, lb.step2_direction(p, b)
+    assert float(k @ Y / (k.norm() * Y.norm())) > 1 - 1e-12          # same direction, positive factor
+    R, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    pr = dataclasses.replace(p, E=p.E @ R.T, z_trig=R @ p.z_trig)
+    assert float((lb.step2_direction(pr, b) - R @ Y).norm() / Y.norm()) < 1e-12
+
+
+def test_step2_direction_refuses_the_trigger_out_of_the_value_path():
+    p = lib.make_problem(lib.TaskConfig(V=32, d=16, L=8, trigger_in_value=False, dtype="float64", device="cpu"), 0)
+    with pytest.raises(ValueError, match="trigger_in_value"):
+        lb.step2_direction(p, lib.sample_batch(p, 4, 0))
