@@ -4,17 +4,17 @@ derivation, for the class defined there). Re-exported by `lib.analysis.lowerboun
 
 The class.  After the first step V^1 = eta G1 the attention gradient at W_KQ = 0 is rank one along the
 step-2 direction Y = k (one batch of N samples: the three steps' own k, chapter 5). A learner of the class
-outputs k_hat = f(Y, S, omega): f any measurable map, S any side information that does not change when
-the input embeddings and the trigger are rotated together (token ids, labels, the output embeddings),
-omega independent randomness; f does not read the input embeddings E or the trigger z (embedding-blind). It
+outputs k_hat = f(Y, S, omega): f any measurable map, S any side information that is a function of the
+output side (the output embeddings, drawn independently of E and z, and Pi*) and of the batch's token ids,
+positions and labels; omega independent randomness; f does not read the input embeddings E or the trigger z (embedding-blind). It
 attends by hard attention argmax_t h_t . k_hat (limit mode); the risk is the mean attention accuracy over
 problems (E, z i.i.d. N(0, I/d)), batches and omega.
 
 The theorem (chapter 9).  (i) Proved, exactly: every rule of the class has
 the accuracy of a rotation-equivariant randomised rule k_hat = cos(theta) Y/|Y| + sin(theta) W, W uniform
 on the unit sphere orthogonal to Y, theta a function of (|Y|, S, omega). (ii) Proved under Gaussian scores:
-theta = 0 is optimal up to P(z . Y < 0), so no rule of the class beats k_hat = Y. (iii) Under the reduction (assumed, its
-constants checked by measurement): the noise-to-signal ratio of the token scores along Y is at least
+theta = 0 is optimal up to P(z . Y < 0): no rule of the class beats k_hat = Y by more than that chance.
+(iii) Under the reduction (assumed; its constants tuned on measurements at V = 64 and 128): the noise-to-signal ratio of the token scores along Y is at least
 
     1/r(N)^2 = 1/d + X_lo(N),   X_lo(N) = (B_lo + Q_lo / N) / (N + beta)^2,
 
@@ -167,9 +167,9 @@ def accuracy_ceiling(N, V: int, d: int, L: int):
 
 
 def attention_lower_bound(V: int, d: int, L: int, threshold: float = 0.99) -> float:
-    """N_lower(V, d, L, t): below it no embedding-blind function of the step-2 direction k of N samples
-    (the three steps' k included) attends to the informative position with mean accuracy >= t, hard
-    attention (chapter 9's theorem: proved up to the reduction (R1)-(R3) stated there). The root of
+    """N_lower(V, d, L, t): below it the three steps' direction k of N samples does not attend to the
+    informative position with mean accuracy >= t (hard attention), and no embedding-blind function of k does
+    so with mean accuracy >= t + P(z . k < 0) (chapter 9's theorem: proved up to the reduction (R1)-(R3) stated there). The root of
     X_lo(N) = 1/r_t^2 - 1/d (`excess_noise_floor`, `critical_ratio`), by bisection in log N to 1e-10
     relative; inf at and beyond the population wall 1/r_t^2 <= 1/d. A float, possibly below 1."""
     V, d, L = _sizes(V, d, L)
