@@ -255,3 +255,14 @@ def test_theta_scan_ends_are_y_and_minus_y():
         kw = dict(cfg=cfg, N=32, seed=0) | bad
         with pytest.raises(ValueError, match=match):
             lb.theta_scan(**kw)
+
+
+@pytest.mark.parametrize("change, match", [(dict(tied=True), "tied"), (dict(embedding="sphere"), "embedding"),
+                                           (dict(trigger_in_value=False), "trigger_in_value")])
+def test_the_class_functions_refuse_settings_outside_the_theorem(change, match):
+    cfg = lib.TaskConfig(V=32, d=8, L=6, **change)
+    p = lib.make_problem(cfg, 0)
+    for call in (lambda: lb.class_accuracy_path(cfg, 0, [1, 2]), lambda: lb.reduction_constants(cfg, 0),
+                 lambda: lb.theta_scan(cfg, 4, 0), lambda: lb.step2_direction(p, lib.sample_batch(p, 4, 0))):
+        with pytest.raises(ValueError, match=match):
+            call()

@@ -64,6 +64,19 @@ def _threshold(threshold) -> float:
     return t
 
 
+def _check_class_cfg(cfg, name: str) -> None:
+    """The theorem's setting: the attention-only model, the trigger in the value path, Gaussian input embeddings
+    (their law is rotation-invariant) and output embeddings drawn apart from them (untied: with u = e the side
+    information would reveal the embeddings)."""
+    if not cfg.trigger_in_value or cfg.model != "attn":
+        raise ValueError(f"{name} needs the attention-only model with the trigger in the value path "
+                         "(cfg.trigger_in_value=True, cfg.model='attn')")
+    if cfg.tied:
+        raise ValueError(f"{name} needs untied output embeddings (cfg.tied=False): tied ones reveal the input embeddings")
+    if cfg.embedding != "gaussian":
+        raise ValueError(f"{name} needs Gaussian embeddings (cfg.embedding='gaussian'), got {cfg.embedding!r}")
+
+
 def distinct_law(V: int, L: int) -> np.ndarray:
     """(L,) P(K = k), k = 0..L-1: K the number of distinct values among the L - 1 other tokens of a
     sequence that differ from the informative token (each other token uniform over V, independent):
@@ -195,10 +208,7 @@ def step2_direction(problem, batch) -> "torch.Tensor":
     covariance within the sample. It is the three steps' key direction k (limit mode) up to a positive factor.
     Only for the trigger in the value path (the chapter's setting: there the values' mean is obar_n)."""
     import torch
-    if not problem.cfg.trigger_in_value:
-        raise ValueError("step2_direction needs the trigger in the value path (TaskConfig.trigger_in_value=True)")
-    if problem.cfg.model != "attn":
-        raise ValueError(f"step2_direction is for the attention-only model, got model={problem.cfg.model!r}")
+    _check_class_cfg(problem.cfg, "step2_direction")
     N, L = batch.tokens.shape
     h = problem.E[batch.tokens.long()].clone()
     h[torch.arange(N), batch.pos.long()] += problem.z_trig
@@ -232,9 +242,7 @@ def class_accuracy_path(cfg, seed: int = 0, Ns=None) -> dict:
     from .margins import attention_accuracy
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
-    if not cfg.trigger_in_value or cfg.model != "attn":
-        raise ValueError("class_accuracy_path needs the attention-only model with the trigger in the value path "
-                         "(cfg.trigger_in_value=True, cfg.model='attn')")
+    _check_class_cfg(cfg, "class_accuracy_path")
     if cfg.noise_vocab or cfg.eos_key:
         raise ValueError("class_accuracy_path is for the chapter's task: cfg.noise_vocab = 0 and no EOS key")
     seed = check_int("seed", seed, 0)
@@ -294,8 +302,7 @@ def reduction_constants(cfg, seed: int = 0, samples: int = 4000) -> dict:
     from . import k_noise, margins
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
-    if not cfg.trigger_in_value or cfg.model != "attn":
-        raise ValueError("reduction_constants needs the attention-only model with the trigger in the value path")
+    _check_class_cfg(cfg, "reduction_constants")
     seed, samples = check_int("seed", seed, 0), check_int("samples", samples, 4)
     p = make_problem(cfg, seed)
     m = k_noise.k_noise_moments(p, samples=samples, seed=1)["perp"]
@@ -323,6 +330,7 @@ def theta_scan(cfg, N: int, seed: int = 0, thetas=(0.0, 0.1, 0.3, 0.5, 1.0, math
     from .margins import attention_accuracy
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    _check_class_cfg(cfg, "theta_scan")
     N, seed, draws = check_int("N", N, 1), check_int("seed", seed, 0), check_int("draws", draws, 1)
     if isinstance(thetas, (str, bytes)) or not hasattr(thetas, "__iter__"):
         raise ValueError(f"thetas must be a list of angles in [0, pi], got {thetas!r}")
