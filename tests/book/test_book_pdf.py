@@ -1,6 +1,6 @@
 """The printable book (`bash scripts/build_book.sh --pdf`, `_build/pdf/book.pdf`) is the whole book.
 
-Read with poppler's tools (pdfinfo, pdftotext, pdfimages, pdftoppm): a sane page count; every
+Read with poppler's tools (pdfinfo, pdftotext, pdfimages, pdffonts, pdftoppm): a sane page count; every
 document of the table of contents under its title, the chapters numbered 1 to 11 as on the pages
 (the text cites chapters by number); every figure the chapters draw embedded as an image; every
 formula typeset (no TeX source left in the text outside the code, no character missing from a font in
@@ -14,16 +14,18 @@ import subprocess
 
 import pytest
 
-from book_build import BUILD, EXECUTED, ROOT, built_book, chapter_notebooks, record, skip_or_fail, toc_files  # noqa: F401
+from book_build import (BUILD, EXECUTED, ROOT, built_book, chapter_notebooks, record,  # noqa: F401 (fixture)
+                        skip_or_fail, toc_files)
 from test_book_figures import expected_figures
 from test_book_hidden_tests import BLOCK, NOTE
 
 PDF = BUILD / "pdf" / "book.pdf"
 LOG = BUILD / "pdf" / "book.log"
 PAGES = BUILD / "pdf" / "pages"
-TOOLS = ("pdfinfo", "pdftotext", "pdfimages", "pdftoppm")
+TOOLS = ("pdfinfo", "pdftotext", "pdfimages", "pdftoppm", "pdffonts")   # poppler-utils
 # TeX source that a typeset formula never leaves in the text
-RAW_TEX = re.compile(r"\\(?:frac|mathbb|mathrm|sqrt|sum|left|right|begin|end|top|bar|hat|\|)(?![a-zA-Z])|\$\$|\\\(|\\\[")
+RAW_TEX = re.compile(r"\\(?:frac|mathbb|mathrm|sqrt|sum|left|right|begin|end|top|bar|hat|\|)(?![a-zA-Z])"
+                     r"|\$\$|\\\(|\\\[")
 # a display formula: a line set far in from the margin, with an equals sign
 DISPLAY_LINE = re.compile(r"^\s{15,}\S.*=", re.M)
 
@@ -104,8 +106,7 @@ def test_every_formula_is_typeset(pages, pdf):
             if RAW_TEX.search(line) and words(line.replace("\u2423", " ").lstrip("→,")) not in code:
                 raw.append(f"page {n}: {line.strip()[:100]}")
     assert not raw, f"{len(raw)} lines of TeX source in the PDF's text:\n  " + "\n  ".join(raw[:10])
-    fonts = run("pdffonts", str(pdf)) if shutil.which("pdffonts") else "CMMI"
-    assert re.search(r"CMMI|LMMath|LatinModernMath", fonts), "no math font in the PDF"
+    assert re.search(r"CMMI|LMMath|LatinModernMath", run("pdffonts", str(pdf))), "no math font in the PDF"
     assert LOG.exists(), f"{LOG} missing: build_book.sh --pdf keeps the LaTeX log there"
     missing = sorted(set(re.findall(r"Missing character: There is no (.+?) in font", LOG.read_text(errors="replace"))))
     assert not missing, f"characters dropped from the PDF (no glyph in the font): {missing}"
