@@ -186,9 +186,10 @@ def test_per_exercise_csv(mock_course):
     assert set(checks("alice").values()) == {1}
     assert set(checks("bob").values()) == {0}
     half = mock_course["half"]
-    assert checks("carol") == {f"{lab}-check": float(lab in half) for lab in mock_course["labels"]}
+    # an exercise with parts has one check per part (<label>-check, <label>-check-b): each scores alone
+    assert checks("carol") == {g: float(g.split("-check")[0] in half) for g in ids if "-check" in g}
     n_ans = sum(g.endswith("-answer") for g in ids)
-    assert n_ans == 2 and len(ids) == 6
+    assert n_ans == 2 and len(ids) == 9
 
 
 def test_gradebook_totals_and_cheating_refused(mock_course):
@@ -198,7 +199,7 @@ def test_gradebook_totals_and_cheating_refused(mock_course):
                   for s in ("alice", "bob", "carol")}
         assert [g.name for g in gb.find_assignment(A).notebooks[0].grade_cells
                 if g.name.startswith("ex-bonus")] == []
-    assert totals == {"alice": (4, 6), "bob": (0, 6), "carol": (2, 6)}
+    assert totals == {"alice": (7, 9), "bob": (0, 9), "carol": (3, 9)}
     log = mock_course["log"]
     out = mock_course["collected"]
     assert "ignored a cell that is not the assignment's: ex-bonus-check" in out
