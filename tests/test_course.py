@@ -465,3 +465,31 @@ def test_derivation_answers_are_not_printed_by_the_chapter(graded, label, path):
     for (name, args), ref in zip(DERIVATIONS[label], _references(nbformat.read(path, as_version=4), label)):
         for s in _spellings(ref):
             assert s not in shown, f"{label}: {name}{args} = {s} is printed by the chapter"
+
+
+# plausible wrong answers (the question the exercise used to ask, a dropped factor, the chapter's printed formula):
+# each passes the visible check, which tests the format only, and fails the hidden tests, which hold the values
+WRONG = {
+    "ex-task-bayes-check": "bayes_exact = 0.75",
+    "ex-task-bias-check": "def keyed_bias_var(V, d):\n    return (d + V + 1) * (d + 2) / d ** 2",
+    "ex-int-sphere-margin-check": "def margin_var_sphere(n, d):\n    return 6 / d + (2 * n + 5) / d ** 2",
+    "ex-value-count-factor-check": "def count_cross(N, V):\n    return 1.0                 # as if the counts were independent",
+    "ex-value-signal-var-check": "def seen_signal_var(N, d, V):\n    return (1 + (V - 1) / N) * (1 + 2 / d) ** 2 - 1",
+    "ex-value-coverage-check": "def n_all_seen(V):\n    return math.ceil(math.log(100) / -math.log(1 - 1 / V))",
+}
+
+
+@pytest.mark.parametrize("gid", sorted(WRONG))
+def test_a_wrong_answer_passes_the_visible_check_and_fails_the_hidden_tests(gid):
+    path = next(p for p in _exercise_chapters() if gid in course.exercise_cells(nbformat.read(p, as_version=4)))
+    check = course.exercise_cells(nbformat.read(path, as_version=4))[gid].source
+    for code, must_pass in ((_visible(check), True), (check, False)):
+        ns = {}
+        exec(SOLUTION_PRELUDE + WRONG[gid], ns)
+        try:
+            exec(code, ns)
+            passed = True
+        except AssertionError:
+            passed = False
+        assert passed is must_pass, f"{gid}: the {'visible' if must_pass else 'full'} check " + \
+            ("rejects a well-formed answer" if must_pass else "accepts a wrong answer")
