@@ -93,7 +93,8 @@ def test_plain_nbgrader_release_of_every_chapter_has_no_solution(tmp_path):
         fences = [c.source.split()[0] for c in released.cells
                   if c.cell_type == "markdown" and c.source.startswith("```{solution-")]
         assert fences == ["```{solution-start}", "```{solution-end}"] * (len(fences) // 2), p.name
-        assert len(fences) == 2 * len(course.check_cells(released)), p.name
+        exercises = {c.metadata.nbgrader["grade_id"].split("-check")[0] for c in course.check_cells(released)}
+        assert len(fences) == 2 * len(exercises), p.name             # one dropdown per exercise, one check per part
     assert n_answers >= 30
 
 
@@ -182,13 +183,14 @@ def test_per_exercise_csv(mock_course):
                 assert (score, manual) == (0, "1" if s == "alice" else "0"), (s, gid)
             else:
                 assert manual == "0", (s, gid)
-    checks = lambda s: {g: sc for g, sc, _, _ in rows[s] if g.endswith("-check")}
+    checks = lambda s: {g: sc for g, sc, _, _ in rows[s] if "-check" in g}      # every part's check
     assert set(checks("alice").values()) == {1}
     assert set(checks("bob").values()) == {0}
     half = mock_course["half"]
-    assert checks("carol") == {f"{lab}-check": float(lab in half) for lab in mock_course["labels"]}
+    # an exercise with parts has one check per part (<label>-check, <label>-check-b): each scores alone
+    assert checks("carol") == {g: float(g.split("-check")[0] in half) for g in ids if "-check" in g}
     n_ans = sum(g.endswith("-answer") for g in ids)
-    assert n_ans == 2 and len(ids) == 6
+    assert n_ans == 2 and len(ids) == 9
 
 
 def test_gradebook_totals_and_cheating_refused(mock_course):
@@ -198,7 +200,7 @@ def test_gradebook_totals_and_cheating_refused(mock_course):
                   for s in ("alice", "bob", "carol")}
         assert [g.name for g in gb.find_assignment(A).notebooks[0].grade_cells
                 if g.name.startswith("ex-bonus")] == []
-    assert totals == {"alice": (4, 6), "bob": (0, 6), "carol": (2, 6)}
+    assert totals == {"alice": (7, 9), "bob": (0, 9), "carol": (3, 9)}
     log = mock_course["log"]
     out = mock_course["collected"]
     assert "ignored a cell that is not the assignment's: ex-bonus-check" in out
