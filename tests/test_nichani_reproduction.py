@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from lib import factual as F
+from lib.core.seed import get_draw
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "book", "data")
 PREFIX = 2561          # steps of the book's run in this test (their run: 8192); logs at 0, 256, ..., 2560
@@ -105,7 +106,8 @@ def test_book_loss_follows_their_curve_within_the_seed_spread(reference, seeds, 
         tol = max(K_SIGMA * math.sqrt(2) * sd, FLOOR)
         assert tol < 0.1, f"step {t}: the seed spread {sd:.4f} makes the test unable to fail"
         assert abs(book_run["loss"][i] - ref[t]) <= tol, (t, book_run["loss"][i], ref[t], tol)
-        assert book_run["loss"][i] == pytest.approx(runs[0]["loss"][runs[0]["step"].index(t)], abs=1e-6)
+        if get_draw() == 0:                                     # the stored seed-0 run is this run
+            assert book_run["loss"][i] == pytest.approx(runs[0]["loss"][runs[0]["step"].index(t)], abs=1e-6)
         if ref[t] < math.log(32) - 0.01:                        # the curve has left log(R D)
             compared += 1
     assert compared >= 5
@@ -153,3 +155,24 @@ def test_count_sampler_needs_the_eos_task():
     task = F.FactTask(S=4, R=2, D=2, T=6, eos=False)
     with pytest.raises(ValueError, match="eos"):
         F.sample_counts(task, 8, torch.Generator(), F.fact_table(task))
+
+
+def test_helpers_reject_wrong_arguments_by_name():
+    task = F.nichani_task()
+    table = F.fact_table(task)
+    g = torch.Generator()
+    model = F.LinearAttention(task, "orthogonal")
+    cases = [
+        (lambda: F.sample_counts("task", 4, g, table), "task"),
+        (lambda: F.sample_counts(task, 0, g, table), "N"),
+        (lambda: F.sample_counts(task, 4, 0, table), "g must"),
+        (lambda: F.sample_counts(task, 4, g, table[:3]), "table"),
+        (lambda: F.sequence_counts(task, torch.zeros(2, 5, dtype=torch.long)), "x must"),
+        (lambda: F.sequence_counts(task, torch.full((2, 32), 99)), "x must"),
+        (lambda: F.count_logits(F.LinearAttention(task, "random", d=8), torch.zeros(2, 41)), "model"),
+        (lambda: F.count_logits(model, torch.zeros(2, 40)), "c must"),
+        (lambda: F.nichani_task(-1), "seed"),
+    ]
+    for call, name in cases:
+        with pytest.raises(ValueError, match=name):
+            call()

@@ -38,7 +38,7 @@ import torch
 from ..core.config import check_float, check_int
 from ..core.seed import generator
 from .models import LinearAttention
-from .task import FactTask, fact_table, sample
+from .task import FactTask, _check_task, fact_table, sample
 
 # Their settings (sequential-learning.ipynb, cells 2, 4, 6).
 NICHANI_TASK = dict(S=16, R=4, D=8, T=32, n_noise=20, eos=True, table="structured")
@@ -53,6 +53,11 @@ def nichani_task(seed: int = 0) -> FactTask:
 
 def sequence_counts(task: FactTask, x: torch.Tensor) -> torch.Tensor:
     """(N, T) token ids -> (N, vocab) float32 token counts."""
+    _check_task(task)
+    if not (isinstance(x, torch.Tensor) and x.dtype == torch.long and x.dim() == 2 and x.shape[1] == task.T):
+        raise ValueError(f"x must be an (N, T = {task.T}) long tensor of token ids")
+    if x.numel() and (x.min() < 0 or x.max() >= task.vocab):
+        raise ValueError(f"x must hold token ids in [0, {task.vocab})")
     c = torch.zeros(x.shape[0], task.vocab, dtype=torch.float32)
     return c.scatter_add_(1, x, torch.ones(x.shape, dtype=torch.float32))
 
@@ -60,8 +65,14 @@ def sequence_counts(task: FactTask, x: torch.Tensor) -> torch.Tensor:
 def sample_counts(task: FactTask, N: int, g: torch.Generator, table: torch.Tensor) -> tuple:
     """N samples of the EOS task as token counts (N, vocab) float32 and labels (N,): the distribution of
     the counts of `sample(task, N)` (one subject, one relation, EOS, T - 3 uniform noise tokens)."""
+    _check_task(task)
     if not task.eos:
         raise ValueError("task.eos must be True for sample_counts (their sequential-learning task)")
+    N = check_int("N", N, 1)
+    if not isinstance(g, torch.Generator):
+        raise ValueError(f"g must be a torch.Generator, got {type(g).__name__}")
+    if not (isinstance(table, torch.Tensor) and table.shape == (task.S, task.R)):
+        raise ValueError(f"table must be a (S, R) = ({task.S}, {task.R}) tensor from fact_table")
     S, R, B = task.S, task.R, N
     s = torch.randint(S, (B,), generator=g)
     r = torch.randint(R, (B,), generator=g)
@@ -78,6 +89,11 @@ def sample_counts(task: FactTask, N: int, g: torch.Generator, table: torch.Tenso
 def count_logits(model: LinearAttention, c: torch.Tensor) -> torch.Tensor:
     """Logits (N, R D) of `model` from token counts (N, vocab): W^T (c * A[:, EOS]), one-hot embeddings
     and EOS last. Equal to model(x) for the sequences x with those counts."""
+    if not isinstance(model, LinearAttention) or not model.task.eos or model.d != model.task.vocab \
+            or not torch.equal(model.wte, torch.eye(model.task.vocab, dtype=model.wte.dtype)):
+        raise ValueError("model must be a LinearAttention with one-hot embeddings on an EOS task")
+    if not (isinstance(c, torch.Tensor) and c.dim() == 2 and c.shape[1] == model.task.vocab):
+        raise ValueError(f"c must be an (N, vocab = {model.task.vocab}) tensor of token counts")
     return (c * model.A[:, model.task.eos_token]) @ model.W
 
 
