@@ -6,8 +6,9 @@ Their `sequential-learning.ipynb` (repository eshnich/factual-recall-iclr, commi
 last position, A and W started at the constant 1e-5, on their EOS task with S = 16, R = 4, D = 8,
 n_noise = 20, T = 32 and their "structured" table; plain gradient descent at the *constant* rate 0.1 (the
 notebook builds a cosine schedule and never uses it), 2^13 steps of 2^10 fresh samples, logging every 64
-steps (before the step) on 2^16 test samples. `scripts/nichani_reference.py` ran their code and stored
-the curve in `book/data/nichani_reference.json` (`load_nichani_reference`).
+steps (before the step) on 2^16 test samples. `scripts/nichani_reference.py` ran their code (their first
+4544 steps) and stored the curve in `book/data/nichani_reference.json` (`load_nichani_reference`); the
+book's runs on five seeds are in `book/data/nichani_book_seeds.json` (`scripts/nichani_seed_spread.py`).
 
 Their model returns float32 probabilities and every metric takes argmax of them. While the logits differ
 by less than float32 resolves after exp (about 6e-8), the probabilities tie exactly and argmax returns
