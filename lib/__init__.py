@@ -69,6 +69,7 @@ it). Chapter in brackets.
     models         FactTransformer (one layer, heads, MLP), LinearAttention, parameter counts
     training       online Adam / SGD with logged metrics
     capacity       the smallest model reaching a threshold, trained points in a FactStore
+    reference      their sequential-learning run at their settings; their stored curve
   plotting      figure helpers with the book's colours                                       [all]
   cli           `python -m lib train | nstar | sweep`
 

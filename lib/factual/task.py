@@ -25,7 +25,7 @@ from ..core.seed import generator
 from ..core.task import SAMPLE_BLOCK            # samples per random block: nested in N, as lib.core.task
 
 
-TABLES = ("random", "balanced")
+TABLES = ("random", "balanced", "structured")
 
 
 # ----------------------------------------------------------------------------------------- the task
@@ -42,7 +42,8 @@ class FactTask:
     eos: bool = False            # relation at a random position and EOS last (their EOS_token=True)
     alpha: float = 0.0           # Zipf exponent of the subjects (weights k^-alpha)
     beta: float = 0.0            # Zipf exponent of the relations
-    table: str = "random"        # "random": a*(s, r) uniform in r's block; "balanced": each answer as often as possible equally
+    table: str = "random"        # "random": a*(s, r) uniform in r's block; "balanced": each answer as often as possible equally;
+                                 # "structured": a*(s, r) = floor(s D / S) + r D (their sequential-learning.ipynb)
     seed: int = 0                # seed of the fact table and of the data streams
 
     def __post_init__(self):
@@ -84,12 +85,15 @@ def zipf_weights(n: int, exponent: float) -> torch.Tensor:
 def fact_table(task: FactTask) -> torch.Tensor:
     """(S, R) long: a*(s, r) in [r D, (r + 1) D). "random": uniform in the block, independently (their
     run.py); "balanced": per relation, subjects in a random order get answers 0, 1, ..., D-1, 0, ...
-    (each answer used floor(S/D) or ceil(S/D) times)."""
+    (each answer used floor(S/D) or ceil(S/D) times); "structured": a*(s, r) = floor(s D / S) + r D, the
+    same assignment for every relation and no randomness (their sequential-learning.ipynb's table)."""
     _check_task(task)
     g = generator(task.seed, "factual", "table")
     S, R, D = task.S, task.R, task.D
     if task.table == "random":
         local = torch.randint(D, (S, R), generator=g)
+    elif task.table == "structured":
+        local = ((torch.arange(S) * D) // S)[:, None].expand(S, R).clone()
     else:
         local = torch.empty(S, R, dtype=torch.long)
         for r in range(R):
