@@ -42,7 +42,7 @@ from ..core.embeddings import Problem, check_problem, make_problem
 from ..core.task import Batch, check_batch, sample_batch
 from .lowerbound_attention import (accuracy_ceiling, attention_lower_bound, class_accuracy_path,  # noqa: F401
                                    critical_ratio, distinct_law, excess_noise_floor, gaussian_mixture_accuracy,
-                                   reduction_constants, step2_direction, theta_scan)
+                                   n_grid, reduction_constants, step2_direction, theta_scan)
 
 ESTIMATORS = ("bayes", "matched", "readout", "inversion", "assignment")
 
@@ -263,16 +263,6 @@ def bayes_accuracy(n: torch.Tensor) -> float:
     V = n.numel()
     S = int((n > 0).sum())
     return S / V + (1.0 / V if S < V else 0.0)
-
-
-def n_grid(n_min: int, n_max: int, per_octave: int = 4) -> list[int]:
-    """Geometric grid of sample sizes from n_min to n_max, `per_octave` points per doubling."""
-    n_min, n_max = check_int("n_min", n_min, 1), check_int("n_max", n_max, 1)
-    per_octave = check_int("per_octave", per_octave, 1)
-    if n_min > n_max:
-        raise ValueError(f"n_min must be <= n_max, got n_min={n_min}, n_max={n_max}")
-    k = math.ceil(per_octave * math.log2(n_max / n_min) - 1e-9)
-    return sorted({min(n_max, round(n_min * 2 ** (i / per_octave))) for i in range(k + 1)})
 
 
 def first_stable(Ns, accs, threshold: float):

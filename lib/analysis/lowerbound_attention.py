@@ -64,6 +64,16 @@ def _threshold(threshold) -> float:
     return t
 
 
+def n_grid(n_min: int, n_max: int, per_octave: int = 4) -> list[int]:
+    """Geometric grid of sample sizes from n_min to n_max, `per_octave` points per doubling."""
+    n_min, n_max = check_int("n_min", n_min, 1), check_int("n_max", n_max, 1)
+    per_octave = check_int("per_octave", per_octave, 1)
+    if n_min > n_max:
+        raise ValueError(f"n_min must be <= n_max, got n_min={n_min}, n_max={n_max}")
+    k = math.ceil(per_octave * math.log2(n_max / n_min) - 1e-9)
+    return sorted({min(n_max, round(n_min * 2 ** (i / per_octave))) for i in range(k + 1)})
+
+
 def _check_class_cfg(cfg, name: str) -> None:
     """The theorem's setting: the attention-only model, the trigger in the value path, Gaussian input embeddings
     (their law is rotation-invariant) and output embeddings drawn apart from them (untied: with u = e the side
@@ -238,7 +248,6 @@ def class_accuracy_path(cfg, seed: int = 0, Ns=None) -> dict:
     from ..core.config import TaskConfig
     from ..core.embeddings import make_problem
     from ..core.task import check_batch_memory, sample_batch
-    from .lowerbound import n_grid
     from .margins import attention_accuracy
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
