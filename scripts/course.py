@@ -99,16 +99,24 @@ def solution_texts(nb) -> list[str]:
     return [t for t in texts if t.strip()]
 
 
-def student_version(nb):
+def student_version(nb, keep_outputs: bool = False):
     """The student notebook: solution-wrapper cells removed, nbgrader's generate_assignment
     preprocessors applied (solutions -> `raise NotImplementedError()`, hidden tests removed,
-    outputs cleared, check cells locked with checksums)."""
+    outputs cleared, check cells locked with checksums). With keep_outputs (the student edition of
+    the book, built from an executed chapter) only the outputs of the exercise cells (solutions,
+    written answers, checks: what the instructor's solution produced) are cleared; the chapter's own
+    figures and printed numbers stay."""
     nb = copy.deepcopy(nb)
     nb.cells = [c for c in nb.cells if WRAPPER_TAG not in c.metadata.get("tags", [])]
     resources = {}
-    for pre in (LockCells(), ClearSolutions(), ClearOutput(), ClearHiddenTests(), ClearMarkScheme(),
-                ComputeChecksums()):
-        nb, resources = pre.preprocess(nb, resources)
+    for pre in (LockCells(), ClearSolutions(), None if keep_outputs else ClearOutput(), ClearHiddenTests(),
+                ClearMarkScheme(), ComputeChecksums()):
+        if pre is not None:
+            nb, resources = pre.preprocess(nb, resources)
+    if keep_outputs:
+        for c in nb.cells:
+            if c.cell_type == "code" and "nbgrader" in c.metadata:
+                c.outputs, c.execution_count = [], None
     return nb
 
 
@@ -178,15 +186,25 @@ def current_glue(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTE
     """The glued values of the chapter at path, from its executed copy in executed_dir when that copy
     ran the chapter's current code cells and is newer than the chapter and every file of lib/ (an
     edit since the book build makes it stale); None otherwise."""
+    executed = current_execution(path, executed_dir)
+    if executed is not None:
+        return glued_values(executed)
+    if executed_dir is not None and (executed_dir / path.name).exists():
+        print(f"{path.name}: {executed_dir / path.name} is not an execution of the current chapter and "
+              "lib/ (other code, or older): glued numbers marked instead", file=sys.stderr)
+    return None
+
+
+def current_execution(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTED):
+    """The executed copy of the chapter at path in executed_dir (a book build's), when it ran the
+    chapter's current code cells and is newer than the chapter and every file of lib/; else None."""
     ex_path = executed_dir / path.name if executed_dir is not None else None
     if ex_path is None or not ex_path.exists():
         return None
     executed = nbformat.read(ex_path, as_version=4)
     newest = max([path.stat().st_mtime] + [p.stat().st_mtime for p in (ROOT / "lib").rglob("*.py")])
     if is_current(executed, nbformat.read(path, as_version=4)) and ex_path.stat().st_mtime >= newest:
-        return glued_values(executed)
-    print(f"{path.name}: {ex_path} is not an execution of the current chapter and lib/ "
-          "(other code, or older): glued numbers marked instead", file=sys.stderr)
+        return executed
     return None
 
 

@@ -4,15 +4,20 @@
 #   2. every notebook under nbval (its asserts are the chapter's tests) and, at the same time, the
 #      clean book build of scripts/build_book.sh (the very same book, with every figure): both
 #      execute the notebooks, so they run side by side instead of one after the other;
-#   3. the built book (tests/book): every figure a chapter draws is on its page, and every page,
+#   3. the student edition and the PDF (build_book.sh --student --pdf), from the chapters step 2
+#      executed: nothing runs twice;
+#   4. the built book (tests/book): every figure a chapter draws is on its page, and every page,
 #      opened in headless Chromium with no network, has its math typeset by the bundled MathJax,
 #      its images loaded, no console error and working solution dropdowns (screenshots in
-#      _build/screenshots/). Chromium is installed first when this runs as root with apt-get.
+#      _build/screenshots/); the student edition shows no solution and keeps the chapters'
+#      figures; the PDF holds every chapter, figure and formula (two pages rendered in
+#      _build/pdf/pages/). Chromium and TeX Live are installed first when this runs as root with apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 bash scripts/setup.sh
 bash scripts/install_browser.sh
+bash scripts/install_tex.sh
 unset MPLBACKEND  # notebooks must draw with the inline backend: never Agg around them
 
 echo "== library tests"
@@ -40,6 +45,16 @@ if [ "$nbval_rc" != 0 ] || [ "$build_rc" != 0 ]; then
 fi
 t_build=$(date +%s)
 
+echo "== the student edition and the PDF, from the executed chapters of the build"
+editions=(--student)
+if command -v xelatex >/dev/null && command -v latexmk >/dev/null; then
+  editions+=(--pdf)
+else
+  echo "note: no TeX Live (xelatex, latexmk): the PDF is not built; its test is skipped (fails under CI=true)" >&2
+fi
+BOOK_SETUP_DONE=1 bash scripts/build_book.sh "${editions[@]}"
+t_editions=$(date +%s)
+
 echo "== the built book: figures on the pages, every page in offline headless Chromium"
 .venv/bin/python -m pytest tests/book -q -p no:cacheprovider -rs
 t_book=$(date +%s)
@@ -49,6 +64,11 @@ if [ -f _build/browser.txt ]; then
   echo "-- pages checked in the browser (_build/browser.txt; screenshots in _build/screenshots/)"
   cat _build/browser.txt
 fi
+if [ -f _build/pdf.txt ]; then
+  echo "-- the PDF (_build/pdf.txt; rendered pages in _build/pdf/pages/)"
+  cat _build/pdf.txt
+fi
 echo "== all tests passed in $(( t_book - start )) s" \
      "(setup+library $(( t_lib - start )) s," \
-     "nbval+build $(( t_build - t_lib )) s, built-book tests $(( t_book - t_build )) s)"
+     "nbval+build $(( t_build - t_lib )) s, student edition+PDF $(( t_editions - t_build )) s," \
+     "built-book tests $(( t_book - t_editions )) s)"

@@ -183,3 +183,86 @@ def test_step2_direction_refuses_the_trigger_out_of_the_value_path():
     p = lib.make_problem(lib.TaskConfig(V=32, d=16, L=8, trigger_in_value=False, dtype="float64", device="cpu"), 0)
     with pytest.raises(ValueError, match="trigger_in_value"):
         lb.step2_direction(p, lib.sample_batch(p, 4, 0))
+
+
+# ----------------------------------------------------------------------------- the measured sides of part (ii)
+
+def test_class_accuracy_path_is_the_three_steps_accuracy_along_nested_batches():
+    from lib.analysis.margins import attention_accuracy
+    cfg = lib.TaskConfig(V=32, d=8, L=6, dtype="float64", device="cpu")
+    Ns = [1, 2, 7, 40, 300, 2100]
+    out = lb.class_accuracy_path(cfg, 4, Ns)
+    p = lib.make_problem(cfg, 4)
+    b = lib.sample_batch(p, Ns[-1], 4)
+    assert out["N"] == Ns
+    for i, N in enumerate(Ns):
+        Y = lb.step2_direction(p, b.slice(0, N))
+        k = lib.three_steps(p, b.slice(0, N), mode="limit").k
+        assert out["acc"][i] == attention_accuracy(p, Y) == attention_accuracy(p, k)
+        assert bool(out["negative"][i]) == bool(float(p.z_trig @ Y) < 0)
+        assert out["best"][i] == (1.0 if out["negative"][i] else out["acc"][i])
+
+
+def test_class_accuracy_path_best_is_one_exactly_where_y_points_away():
+    cfg = lib.TaskConfig(V=64, d=16, L=32, dtype="float64", device="cpu")
+    negs = 0
+    for s in range(6):
+        out = lb.class_accuracy_path(cfg, s, [1, 2, 3, 4, 6, 8])
+        assert ((out["best"] == 1.0) | ~out["negative"]).all() and (out["best"] >= out["acc"]).all()
+        negs += int(out["negative"].sum())
+    assert negs > 0                                  # at N of a few samples z . Y < 0 does happen
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(cfg="V=32"), "cfg"),
+    (dict(cfg=lib.TaskConfig(V=32, d=8, L=6, trigger_in_value=False)), "trigger_in_value"),
+    (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns=[4, 2]), "Ns"),
+    (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns=[]), "Ns"),
+    (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns=[0, 3]), "Ns"),
+    (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns="123"), "Ns"),
+    (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns=[10 ** 12]), "Ns"),
+    (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), seed=-1), "seed"),
+])
+def test_class_accuracy_path_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        lb.class_accuracy_path(**kwargs)
+
+
+def test_reduction_constants_are_the_exact_moments_over_the_floors():
+    from lib.analysis import k_noise
+    cfg = lib.TaskConfig(V=64, d=16, L=8)
+    r = lb.reduction_constants(cfg, 2, samples=2000)
+    p = lib.make_problem(cfg, 2)
+    m = k_noise.k_noise_moments(p, samples=2000, seed=1)["perp"]
+    assert r["self"] == pytest.approx(m["self"] / la.self_pair_floor(64, 16, 8), rel=1e-12)
+    assert r["pair"] == m["pair"] >= 0 and r["bias"] > 0
+    assert r["dropped"] == pytest.approx(m["pair"] + 2 * m["cross"], rel=1e-12)
+    with pytest.raises(ValueError, match="samples"):
+        lb.reduction_constants(cfg, 0, samples=2)
+    with pytest.raises(ValueError, match="trigger"):
+        lb.reduction_constants(lib.TaskConfig(V=64, d=16, L=8, trigger_in_value=False), 0)
+
+
+def test_theta_scan_ends_are_y_and_minus_y():
+    from lib.analysis.margins import attention_accuracy
+    cfg = lib.TaskConfig(V=64, d=16, L=8)
+    acc = lb.theta_scan(cfg, 32, 1, thetas=(0.0, 0.3, math.pi), draws=3)
+    p = lib.make_problem(cfg, 1)
+    k = lib.three_steps(p, lib.sample_batch(p, 32, 1), mode="limit").k
+    assert acc[0] == pytest.approx(attention_accuracy(p, k / k.norm()), abs=1e-12)
+    assert acc[2] == pytest.approx(attention_accuracy(p, -k / k.norm()), abs=1e-12)
+    for bad, match in ((dict(thetas=(4.0,)), "thetas"), (dict(thetas=()), "thetas"), (dict(draws=0), "draws"), (dict(N=0), "N")):
+        kw = dict(cfg=cfg, N=32, seed=0) | bad
+        with pytest.raises(ValueError, match=match):
+            lb.theta_scan(**kw)
+
+
+@pytest.mark.parametrize("change, match", [(dict(tied=True), "tied"), (dict(embedding="sphere"), "embedding"),
+                                           (dict(trigger_in_value=False), "trigger_in_value")])
+def test_the_class_functions_refuse_settings_outside_the_theorem(change, match):
+    cfg = lib.TaskConfig(V=32, d=8, L=6, **change)
+    p = lib.make_problem(cfg, 0)
+    for call in (lambda: lb.class_accuracy_path(cfg, 0, [1, 2]), lambda: lb.reduction_constants(cfg, 0),
+                 lambda: lb.theta_scan(cfg, 4, 0), lambda: lb.step2_direction(p, lib.sample_batch(p, 4, 0))):
+        with pytest.raises(ValueError, match=match):
+            call()

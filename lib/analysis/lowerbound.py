@@ -40,9 +40,9 @@ import torch
 from ..core.config import TaskConfig, check_float, check_int
 from ..core.embeddings import Problem, check_problem, make_problem
 from ..core.task import Batch, check_batch, sample_batch
-from .lowerbound_attention import (accuracy_ceiling, attention_lower_bound, critical_ratio,  # noqa: F401
-                                   distinct_law, excess_noise_floor, gaussian_mixture_accuracy,
-                                   step2_direction)
+from .lowerbound_attention import (accuracy_ceiling, attention_lower_bound, class_accuracy_path,  # noqa: F401
+                                   critical_ratio, distinct_law, excess_noise_floor, gaussian_mixture_accuracy,
+                                   reduction_constants, step2_direction, theta_scan)
 
 ESTIMATORS = ("bayes", "matched", "readout", "inversion", "assignment")
 

@@ -64,6 +64,19 @@ def _threshold(threshold) -> float:
     return t
 
 
+def _check_class_cfg(cfg, name: str) -> None:
+    """The theorem's setting: the attention-only model, the trigger in the value path, Gaussian input embeddings
+    (their law is rotation-invariant) and output embeddings drawn apart from them (untied: with u = e the side
+    information would reveal the embeddings)."""
+    if not cfg.trigger_in_value or cfg.model != "attn":
+        raise ValueError(f"{name} needs the attention-only model with the trigger in the value path "
+                         "(cfg.trigger_in_value=True, cfg.model='attn')")
+    if cfg.tied:
+        raise ValueError(f"{name} needs untied output embeddings (cfg.tied=False): tied ones reveal the input embeddings")
+    if cfg.embedding != "gaussian":
+        raise ValueError(f"{name} needs Gaussian embeddings (cfg.embedding='gaussian'), got {cfg.embedding!r}")
+
+
 def distinct_law(V: int, L: int) -> np.ndarray:
     """(L,) P(K = k), k = 0..L-1: K the number of distinct values among the L - 1 other tokens of a
     sequence that differ from the informative token (each other token uniform over V, independent):
@@ -195,10 +208,7 @@ def step2_direction(problem, batch) -> "torch.Tensor":
     covariance within the sample. It is the three steps' key direction k (limit mode) up to a positive factor.
     Only for the trigger in the value path (the chapter's setting: there the values' mean is obar_n)."""
     import torch
-    if not problem.cfg.trigger_in_value:
-        raise ValueError("step2_direction needs the trigger in the value path (TaskConfig.trigger_in_value=True)")
-    if problem.cfg.model != "attn":
-        raise ValueError(f"step2_direction is for the attention-only model, got model={problem.cfg.model!r}")
+    _check_class_cfg(problem.cfg, "step2_direction")
     N, L = batch.tokens.shape
     h = problem.E[batch.tokens.long()].clone()
     h[torch.arange(N), batch.pos.long()] += problem.z_trig
@@ -206,3 +216,137 @@ def step2_direction(problem, batch) -> "torch.Tensor":
     C = torch.einsum("ntd,nte->nde", h, h) / L - torch.einsum("nd,ne->nde", ob, ob)
     a = problem.U[batch.labels.long()] - problem.U.mean(0)
     return torch.einsum("nm,nde,me->d", a @ a.T, C, ob) / N ** 2
+
+
+def class_accuracy_path(cfg, seed: int = 0, Ns=None) -> dict:
+    """The theorem's two measured sides along nested batches of problem `seed` (chapter 9, part ii).
+
+    For each N of `Ns` (increasing positive ints; default `lib.analysis.lowerbound.n_grid(1, 2**15)`) and the
+    first N samples of `sample_batch(problem, max(Ns), seed)`:
+      "acc":  the exact attention accuracy of k_hat = Y (the three steps' direction, limit mode);
+      "best": acc(Y) when z . Y >= 0, and 1 when z . Y < 0: under Gaussian scores (R2), an upper limit on the
+              accuracy, given this batch, of part (i)'s symmetrised form of any rule of the class; its mean over
+              problems and batches, E[acc(Y) 1{z . Y >= 0}] + P(z . Y < 0), bounds every rule's mean accuracy
+              (the proof of part (ii));
+      "negative": whether z . Y < 0.
+    Y = (1/N^2) sum_n C_n W_{y_n}, W_y = sum_{y'} (a_y . a_y') T_y' and T_y the sum of the key means obar_n of
+    the samples labelled y. With h_{n,t} = e_{x_{n,t}} + 1[t = l_n] z every product h . W_y is a look-up in the
+    (V, V) table E W^T (plus z . W_y at the trigger), so each grid point costs O(N L + V^2 d), in float64. Only
+    for the trigger in the value path and the attention-only model, as `step2_direction`; returns {"N": list, "acc", "best", "negative": (len(Ns),) arrays}."""
+    import torch
+
+    from ..core.config import TaskConfig
+    from ..core.embeddings import make_problem
+    from ..core.task import check_batch_memory, sample_batch
+    from .lowerbound import n_grid
+    from .margins import attention_accuracy
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    _check_class_cfg(cfg, "class_accuracy_path")
+    if cfg.noise_vocab or cfg.eos_key:
+        raise ValueError("class_accuracy_path is for the chapter's task: cfg.noise_vocab = 0 and no EOS key")
+    seed = check_int("seed", seed, 0)
+    Ns = n_grid(1, 2 ** 15) if Ns is None else Ns
+    if isinstance(Ns, (str, bytes)) or not hasattr(Ns, "__iter__"):
+        raise ValueError(f"Ns must be a list of increasing positive ints, got {Ns!r}")
+    Ns = [check_int("Ns", n, 1) for n in Ns]
+    if not Ns or any(b <= a for a, b in zip(Ns, Ns[1:])):
+        raise ValueError(f"Ns must be a non-empty, strictly increasing list, got {Ns!r}")
+    check_batch_memory(cfg, Ns[-1], "Ns")
+    problem = make_problem(cfg, seed)
+    batch = sample_batch(problem, Ns[-1], seed)
+    f64 = torch.float64
+    E, z = problem.E.to(f64), problem.z_trig.to(f64)
+    a = (problem.U - problem.U.mean(0)).to(f64)                         # (V, d_out): a_y for each label y
+    AA = a @ a.T
+    V, d, L = cfg.V, cfg.d, cfg.L
+    x_all, y_all, l_all = batch.tokens.long(), batch.labels.long(), batch.pos.long()
+    cnt = torch.zeros(V * V, dtype=f64)                                 # cnt[y V + j]: token j in samples labelled y
+    n_y = torch.zeros(V, dtype=f64)
+    acc, best, neg = [], [], []
+    start = 0
+    for N in Ns:
+        xs, ys = x_all[start:N], y_all[start:N]
+        cnt.index_add_(0, (ys[:, None] * V + xs).reshape(-1), torch.ones(xs.numel(), dtype=f64))
+        n_y.index_add_(0, ys, torch.ones(ys.numel(), dtype=f64))
+        start = N
+        T = (cnt.view(V, V) @ E + n_y[:, None] * z) / L                 # (V, d): sum of obar_n per label
+        W = AA @ T                                                      # (V, d)
+        x, y, l = x_all[:N], y_all[:N], l_all[:N]
+        s = (E @ W.T)[x, y[:, None]]                                    # (N, L): e_{x_nt} . W_{y_n}
+        s[torch.arange(N), l] += (W @ z)[y]                             # the trigger's part at position l_n
+        c = s.sum(1) / L                                                # obar_n . W_{y_n}
+        u = torch.bincount(x.reshape(-1), weights=(s - c[:, None]).reshape(-1), minlength=V)
+        Y = (E.T @ u + z * float(s[torch.arange(N), l].sum() - c.sum())) / (L * N ** 2)
+        a_Y = attention_accuracy(problem, Y.to(problem.E.dtype))
+        negative = bool(float(z @ Y) < 0)
+        acc.append(a_Y)
+        best.append(1.0 if negative else a_Y)
+        neg.append(negative)
+    return {"N": Ns, "acc": np.array(acc), "best": np.array(best), "negative": np.array(neg)}
+
+
+def reduction_constants(cfg, seed: int = 0, samples: int = 4000) -> dict:
+    """(R1)'s two constants against their exact values for problem `seed` (chapter 5's exact pieces):
+      "self": Q[s] / Q_lo, the self-pair's token-score noise (`lib.analysis.k_noise.k_noise_moments`, form
+              'perp', on `samples` fresh sequences) over `self_pair_floor`;
+      "bias": B_exact / B_lo, the variance over the tokens of e_j . D_perp (D the self-pair mean,
+              `margins.k_self_term`, D_perp its part across z) in units mu_inf^2 / |z|^2, over `bias_floor`;
+      "pair": Q[K] + Q[K, K^swap], a moment the floor drops (nonnegative by symmetry);
+      "dropped": pair + 2 Q[psi, s], the smallest coefficient (at N = 2) of the 1/N^2-order terms the floor
+              drops from the variance [(N-1)(N-2) psi + (N-1)(pair + 2 cross)] / N^3 (psi >= 0): if it is
+              nonnegative, no dropped variance term is negative at any N.
+    The floor keeps the first two: (R1) needs "self" >= 1 and "bias" >= 1 on average over problems."""
+    from ..core.config import TaskConfig
+    from ..core.embeddings import make_problem
+    from . import k_noise, margins
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    _check_class_cfg(cfg, "reduction_constants")
+    seed, samples = check_int("seed", seed, 0), check_int("samples", samples, 4)
+    p = make_problem(cfg, seed)
+    m = k_noise.k_noise_moments(p, samples=samples, seed=1)["perp"]
+    z = p.z_trig
+    mu = float(z @ margins.k_population(p))
+    D = margins.k_self_term(p)
+    Dp = D - (D @ z) / (z @ z) * z
+    B_exact = float((p.E @ Dp).var(correction=0)) / mu ** 2 * float(z @ z)
+    return {"self": m["self"] / self_pair_floor(cfg.V, cfg.d, cfg.L), "bias": B_exact / bias_floor(cfg.V, cfg.d, cfg.L),
+            "pair": m["pair"], "dropped": m["pair"] + 2 * m["cross"]}
+
+
+def theta_scan(cfg, N: int, seed: int = 0, thetas=(0.0, 0.1, 0.3, 0.5, 1.0, math.pi / 2), draws: int = 8) -> np.ndarray:
+    """(len(thetas),) exact attention accuracy of the randomised rules k_hat = cos(theta) Y/|Y| + sin(theta) W of
+    part (i) of chapter 9's theorem, W uniform on the unit sphere orthogonal to Y (mean over `draws` draws of W;
+    one when sin(theta) = 0), for problem `seed` and its first N samples (Y: the three steps' k, limit mode).
+    Part (ii) says theta = 0 is the best of them up to P(z . Y < 0), under Gaussian scores."""
+    import torch
+
+    from ..core.config import TaskConfig
+    from ..core.embeddings import make_problem
+    from ..core.seed import generator
+    from ..core.task import sample_batch
+    from ..learning.schedule import three_steps
+    from .margins import attention_accuracy
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    _check_class_cfg(cfg, "theta_scan")
+    N, seed, draws = check_int("N", N, 1), check_int("seed", seed, 0), check_int("draws", draws, 1)
+    if isinstance(thetas, (str, bytes)) or not hasattr(thetas, "__iter__"):
+        raise ValueError(f"thetas must be a list of angles in [0, pi], got {thetas!r}")
+    thetas = [check_float("thetas", t, 0.0, math.pi) for t in thetas]
+    if not thetas:
+        raise ValueError("thetas must not be empty")
+    p = make_problem(cfg, seed)
+    Y = three_steps(p, sample_batch(p, N, seed), mode="limit").k
+    y = Y / Y.norm()
+    g = generator(seed, "theta-scan", N)
+    out = []
+    for th in thetas:
+        acc = []
+        for _ in range(draws if abs(math.sin(th)) > 1e-12 else 1):
+            w = torch.randn(cfg.d, generator=g, dtype=torch.float64).to(y.dtype)
+            w = w - (w @ y) * y
+            acc.append(attention_accuracy(p, math.cos(th) * y + math.sin(th) * w / w.norm()))
+        out.append(float(np.mean(acc)))
+    return np.array(out)
