@@ -225,7 +225,10 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     cache = tmp_path / "points.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "lib", "sweep", "--V", "2048", "--d", "256", "512", "--L", "256",
                              "--seeds", "3", "--device", "cpu", "--cache", str(cache)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a shell starts background jobs with SIGINT ignored, and children inherit that:
+                            # restore the default so that Python installs its Ctrl-C handler in the child
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # Ctrl-C once the sweep is computing (its claims folder exists), not while Python is still importing
     # torch: on a loaded machine that alone can take longer than any fixed wait
     deadline = time.time() + 180
