@@ -33,7 +33,8 @@ Usage:
   python scripts/course.py student OUT_DIR [NOTEBOOK ...]     (default: every book/*.ipynb)
   python scripts/course.py grade [--source DIR] [--save-executed DIR] NOTEBOOK ...
         (prints NAME: S/M per notebook, S/M over the check cells, then "+P by hand" when the
-         notebook has written answers worth P points)
+         notebook has written answers worth P points; each notebook runs in a scratch folder, so
+         the submission's folder is left as it was, with one thread unless OMP_NUM_THREADS is set)
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import os
 import pathlib
 import re
 import sys
+import tempfile
 
 import nbformat
 from nbgrader import utils as nbg_utils
@@ -329,15 +332,33 @@ def execute(nb, cwd: pathlib.Path, timeout: int = 600):
     return nb
 
 
+ONE_THREAD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
 def grade(path: pathlib.Path, source: pathlib.Path = BOOK) -> tuple[float, float, object]:
     """Execute the notebook at path with the instructor's checks restored; (score, max, executed nb)
-    over the check cells (written answers are graded by hand: see hand_points)."""
+    over the check cells (written answers are graded by hand: see hand_points).
+
+    The kernel runs in a scratch folder, deleted afterwards, so a chapter that writes files beside
+    itself (the caches of chapters 10 and 11) leaves the student's folder as it was; and with one
+    thread (OMP_NUM_THREADS etc. = 1 unless already set), as the book build and nbval run."""
     nb = nbformat.read(path, as_version=4)
     instructor_path = source / path.name
     missing = []
     if instructor_path.exists():
         missing = restore_checks(nb, nbformat.read(instructor_path, as_version=4))
-    nb = execute(nb, path.parent.resolve())
+    saved = {var: os.environ.get(var) for var in ONE_THREAD}
+    try:
+        for var in ONE_THREAD:
+            os.environ.setdefault(var, "1")       # the kernel inherits this process's environment
+        with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
+            nb = execute(nb, pathlib.Path(scratch))
+    finally:                                      # ... and this process gets its own back
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
     score = max_score = 0.0
     for c in check_cells(nb):
         s, m = nbg_utils.determine_grade(c)

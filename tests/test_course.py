@@ -520,3 +520,24 @@ def test_a_wrong_answer_passes_the_visible_check_and_fails_the_hidden_tests(gid)
             passed = False
         assert passed is must_pass, f"{gid}: the {'visible' if must_pass else 'full'} check " + \
             ("rejects a well-formed answer" if must_pass else "accepts a wrong answer")
+
+
+def test_grader_leaves_the_folder_as_found_and_runs_one_thread(tmp_path, monkeypatch):
+    """A chapter that writes beside itself (chapters 10 and 11 write _cache/) leaves the submission's
+    folder as it was; the kernel runs with one thread unless the caller set a count; the grader's own
+    environment is given back."""
+    src, nb = _toy(tmp_path)
+    nb.cells.insert(1, nbformat.v4.new_code_cell(
+        'import os, torch\nos.makedirs("_cache", exist_ok=True)\nopen("_cache/points.jsonl", "w").close()\n'
+        'threads = (os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads())'))
+    nb.cells[-1].source = TOY_CHECK.replace('print("correct")', 'assert threads == ("1", 1), threads')
+    nbformat.write(nb, src / "toy.ipynb")
+    stud = tmp_path / "student"
+    stud.mkdir()
+    nb.cells[2].source = "answer = 42"
+    nbformat.write(nb, stud / "toy.ipynb")
+    before = sorted(p.relative_to(stud) for p in stud.rglob("*"))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert course.grade(stud / "toy.ipynb", src)[:2] == (1, 1)
+    assert sorted(p.relative_to(stud) for p in stud.rglob("*")) == before
+    assert "OMP_NUM_THREADS" not in os.environ
