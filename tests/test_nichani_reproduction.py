@@ -183,6 +183,14 @@ def test_bad_arguments_name_the_parameter(kw, name):
         F.nichani_sequential_run(**kw)
 
 
+def test_stored_book_runs_load_by_name_and_match_the_files():
+    assert F.load_nichani_book_runs("nichani_book_seeds") == _load("nichani_book_seeds.json")
+    cos = F.load_nichani_book_runs("nichani_book_cosine")
+    assert cos["settings"]["schedule"] == "cosine" and len(cos["runs"]["0"]["step"]) == 128
+    with pytest.raises(ValueError, match="name"):
+        F.load_nichani_book_runs("../reference")
+
+
 def test_count_sampler_needs_the_eos_task():
     task = F.FactTask(S=4, R=2, D=2, T=6, eos=False)
     with pytest.raises(ValueError, match="eos"):

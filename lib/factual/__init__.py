@@ -9,7 +9,8 @@ One module per part of the task; every name is re-exported here, so `lib.factual
   capacity  the smallest model reaching a threshold (`smallest_model`), trained points      [11]
             kept in a `FactStore`
   reference their sequential-learning run at their settings (`nichani_sequential_run`) and   [11]
-            the stored run of their code (`load_nichani_reference`)
+            the stored run of their code (`load_nichani_reference`), the book's stored runs
+            (`load_nichani_book_runs`)
 Each imports only those above it in this list.
 """
 
@@ -22,5 +23,5 @@ from .models import (EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttenti
                      param_counts)
 from .training import History, OPTIMIZERS, SCHEDULES, TrainConfig, metrics, plateau, train
 from .capacity import BLOCKS, FactStore, POINT_KEY, POINT_RESULT, block_config, smallest_model, trained_point
-from .reference import (NICHANI_RUN, NICHANI_TASK, count_logits, load_nichani_reference, nichani_sequential_run,
-                        nichani_task, sample_counts, sequence_counts)
+from .reference import (NICHANI_RUN, NICHANI_TASK, count_logits, load_nichani_book_runs, load_nichani_reference,
+                        nichani_sequential_run, nichani_task, sample_counts, sequence_counts)

@@ -104,7 +104,7 @@ def _logged(z: torch.Tensor, y: torch.Tensor, D: int) -> dict:
     pred_p = p.argmax(-1)                                          # ties -> first index (as jnp.argmax)
     pred_z = z.argmax(-1)
     logp = torch.log_softmax(z.double(), dim=-1)
-    top2 = torch.topk(z.double(), 2, dim=-1).values
+    top2 = torch.topk(z, 2, dim=-1).values.double()                 # the float32 values, exactly
     return {
         "loss": float(-torch.log(p.gather(1, y[:, None])).mean()),     # theirs: -log f[y], float32
         "loss_f64": float(-logp.gather(1, y[:, None]).mean()),
@@ -175,4 +175,17 @@ def nichani_sequential_run(steps: int = NICHANI_RUN["steps"], seed: int = 0, *, 
 def load_nichani_reference(path: str | None = None) -> dict:
     """The stored run of their code (`scripts/nichani_reference.py`): provenance, settings, logged rows."""
     with open(path or REFERENCE_PATH) as fh:
+        return json.load(fh)
+
+
+STORED_BOOK_RUNS = ("nichani_book_seeds", "nichani_book_cosine")
+
+
+def load_nichani_book_runs(name: str) -> dict:
+    """A stored set of the book's runs at their settings (`scripts/nichani_seed_spread.py`):
+    "nichani_book_seeds" (constant rate, seeds 0-4) or "nichani_book_cosine" (the cosine schedule, seed 0),
+    both at draw 0. Returns the file's dict: `settings`, provenance fields and `runs` (seed -> logged lists)."""
+    if name not in STORED_BOOK_RUNS:
+        raise ValueError(f"name must be one of {', '.join(STORED_BOOK_RUNS)}; got {name!r}")
+    with open(os.path.join(os.path.dirname(REFERENCE_PATH), name + ".json")) as fh:
         return json.load(fh)
