@@ -23,3 +23,22 @@ def test_rows_are_the_sweeps_of_each_problem_seed():
 def test_bad_arguments_are_named(args, kw, name):
     with pytest.raises(ValueError, match=name):
         per_problem_nstars(*args, **kw)
+
+
+def test_distinct_gives_every_cell_its_own_seed():
+    from lib.experiments.per_problem import point_seed
+    configs = lib.experiments.sweep.grid(BASE, L=[4, 8])
+    got = per_problem_nstars(configs, 2, distinct=True, **FAST)
+    assert got.shape == (2, 2)
+    seeds = {point_seed(2, s, j, True) for s in range(2) for j in range(2)}
+    assert seeds == {0, 1, 2, 3}                                  # no two cells share a problem or data
+    for s in range(2):
+        for j, c in enumerate(configs):
+            ref = table(sweep([c], seed=point_seed(2, s, j, True), **FAST))["nstar"][0]
+            np.testing.assert_array_equal(got[s, j], ref)
+    assert point_seed(2, 1, 1, False) == 1                        # the default: the row's seed at every point
+
+
+def test_distinct_must_be_a_bool():
+    with pytest.raises(ValueError, match="distinct"):
+        per_problem_nstars([BASE], 1, distinct="yes", **FAST)
