@@ -215,8 +215,8 @@ def main() -> None:
     out = {
         "provenance": {
             "repo": REPO, "commit": COMMIT, "file": NOTEBOOK,
-            "function": "code cells 0-6 (FactRecall, Simple_TF, loss_fn, accuracy, rel_/sub_accuracy, "
-                        "the training loop of cell 6), executed unmodified but for IPython magics",
+            "function": "code cells 0-6, counted from zero (FactRecall, Simple_TF, loss_fn, accuracy, rel_/sub_accuracy, "
+                        "the training loop of cell 6), executed with the changes listed in changes_to_their_cells",
             "driver": "scripts/nichani_reference.py",
             "jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None,
             "flax": flax.__version__, "optax": optax.__version__, "numpy": numpy.__version__,

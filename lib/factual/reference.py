@@ -10,7 +10,7 @@ steps (before the step) on 2^16 test samples. `scripts/nichani_reference.py` ran
 4544 steps) and stored the curve in `book/data/nichani_reference.json` (`load_nichani_reference`); the
 book's runs on five seeds are in `book/data/nichani_book_seeds.json` (`scripts/nichani_seed_spread.py`).
 
-Their model returns float32 probabilities and every metric takes argmax of them. While the logits differ
+Their model returns float32 probabilities and every accuracy takes the argmax of them. While the logits differ
 by less than float32 resolves after exp (about 6e-8), the probabilities tie exactly and argmax returns
 the first index: answer 0, or the first answer of a block once the relation's block is resolved. So
 their early accuracies (relation accuracy 1 with accuracy 1/D) measure ties, not the model. The run
@@ -41,7 +41,7 @@ from ..core.seed import generator
 from .models import LinearAttention
 from .task import FactTask, _check_task, fact_table, sample
 
-# Their settings (sequential-learning.ipynb, cells 2, 4, 6).
+# Their settings (sequential-learning.ipynb, cells counted from one: 3 the task, 5 the initialisation, 7 the loop).
 NICHANI_TASK = dict(S=16, R=4, D=8, T=32, n_noise=20, eos=True, table="structured")
 NICHANI_RUN = dict(steps=2 ** 13, batch=2 ** 10, lr=0.1, init=1e-5, log_every=2 ** 13 // 128, n_test=2 ** 16)
 REFERENCE_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "book", "data", "nichani_reference.json")
