@@ -47,6 +47,7 @@ import pathlib
 import re
 import sys
 import tempfile
+from unittest import mock
 
 import nbformat
 from nbgrader import utils as nbg_utils
@@ -347,18 +348,10 @@ def grade(path: pathlib.Path, source: pathlib.Path = BOOK) -> tuple[float, float
     missing = []
     if instructor_path.exists():
         missing = restore_checks(nb, nbformat.read(instructor_path, as_version=4))
-    saved = {var: os.environ.get(var) for var in ONE_THREAD}
-    try:
-        for var in ONE_THREAD:
-            os.environ.setdefault(var, "1")       # the kernel inherits this process's environment
-        with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
-            nb = execute(nb, pathlib.Path(scratch))
-    finally:                                      # ... and this process gets its own back
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
+    # the kernel inherits this process's environment; patch.dict gives this process its own back
+    with mock.patch.dict(os.environ, {var: os.environ.get(var, "1") for var in ONE_THREAD}), \
+            tempfile.TemporaryDirectory(prefix="grade-") as scratch:
+        nb = execute(nb, pathlib.Path(scratch))
     score = max_score = 0.0
     for c in check_cells(nb):
         s, m = nbg_utils.determine_grade(c)
