@@ -227,6 +227,30 @@ def test_capacity_search_uses_the_cache_and_a_rerun_trains_nothing(tmp_path):
         assert len(F.FactStore(str(path))) == len(again)
 
 
+def test_a_shipped_store_is_read_but_never_written(tmp_path):
+    task = F.FactTask(S=4, R=2, D=2, T=4)
+    tc = F.TrainConfig(steps=40, batch=64, lr=3e-2, log_every=20, n_test=256)
+    shipped, local = tmp_path / "shipped.jsonl", tmp_path / "local.jsonl"
+    a = F.trained_point(task, F.block_config("attention", 1, 8, 2, 1), tc, F.FactStore(str(shipped)))
+    before = shipped.read_bytes()
+    st = F.FactStore(str(local), read_also=str(shipped))
+    assert F.trained_point(task, F.block_config("attention", 1, 8, 2, 1), tc, st) == a and st.computed == 0
+    F.trained_point(task, F.block_config("attention", 2, 8, 2, 1), tc, st)     # a new point: to `path` only
+    assert st.computed == 1 and shipped.read_bytes() == before and len(F.FactStore(str(local))) == 1
+    with pytest.raises(ValueError, match="read_also"):
+        F.FactStore(str(local), read_also=str(tmp_path / "absent.jsonl"))
+
+
+def test_capacity_grid_keeps_the_heads_rank_within_d():
+    g = F.CAPACITY_GRID
+    assert g["n_max"]["attention"] * g["d_h"] <= g["d"]          # H d_h <= d: every head can add rank
+    assert len(g["S"]["attention"]) >= 6 and len(g["S"]["mlp"]) >= 6
+    with pytest.raises(ValueError, match="block"):
+        F.grid_search("both", 8, 0)
+    with pytest.raises(ValueError, match="S must be"):
+        F.grid_search("mlp", 0, 0)
+
+
 @pytest.mark.parametrize("make, match", [
     (lambda: F.FactTask(S=0, R=2, D=2), "S must be"),
     (lambda: F.FactTask(S=2, R=2, D=2, T=2, eos=True), "T must be"),

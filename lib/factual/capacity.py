@@ -42,15 +42,21 @@ class FactStore:
     """Trained points, keyed by everything that fixes their numbers. The record format, reader and
     appender of lib.experiments.store (`record_text`, `read_records`, `append_line`: one checksummed line per
     point, appended under flock and fsynced; invalid or cut lines reported and retrained).
-    `path=None`: memory only."""
+    `path=None`: memory only. `read_also`: another store's file whose points are read too but never
+    written (a store shipped with the book): new points go to `path` only."""
 
-    def __init__(self, path: str | None = None):
+    def __init__(self, path: str | None = None, read_also: str | None = None):
         self.path = check_store_path(path)
         self.data: dict[str, dict] = {}
         self.computed = 0                      # points put (trained, not found) since construction
-        if self.path is not None and os.path.exists(self.path):
-            for key, result in read_records(self.path, _fact_shape)[0]:
-                self.data[canonical(key)] = result
+        if read_also is not None:
+            read_also = check_store_path(read_also)
+            if not os.path.exists(read_also):
+                raise ValueError(f"read_also: no store at {read_also!r}")
+        for source in (read_also, self.path):
+            if source is not None and os.path.exists(source):
+                for key, result in read_records(source, _fact_shape)[0]:
+                    self.data[canonical(key)] = result
 
     def get(self, key: dict):
         return self.data.get(canonical(key))
@@ -123,3 +129,31 @@ def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: Trai
         return {"n": None, "last_false": br.last_false, "params": None, "block_params": None}
     c = param_counts(FactTransformer(task, block_config(block, br.first_true, d, d_h, unit, seed, heads=heads)))
     return {"n": br.first_true, "last_false": br.last_false, "params": c["trainable"], "block_params": c[block]}
+
+
+# ------------------------------------------------------------------------------ chapter 11's capacity grid
+
+# The grid of chapter 11's capacity fits, shared by the chapter and scripts/fact_capacity_grid.py (which
+# trains it into a store, book/data/ch11_capacity_grid.jsonl): R = 4 relations, D = 4 answers, T = 6,
+# d = 128. Attention: H heads of dimension d_h = 2 and no MLP, at most d / d_h = 64 heads, so the
+# heads' total rank H d_h never exceeds d. MLP: one routing head (values = identity) and an MLP of width
+# 4 n, at most 512. Online Adam at 0.02, batches of 256, at most 1000 steps, stopped once the test
+# accuracy (2048 samples, every 20 steps) reaches the threshold 0.95; searches to 25 % in n.
+CAPACITY_GRID = {
+    "R": 4, "D": 4, "T": 6, "d": 128, "d_h": 2, "unit": 4, "threshold": 0.95, "resolution": 0.25,
+    "S": {"attention": (16, 32, 64, 128, 256, 512), "mlp": (4, 8, 16, 32, 64, 128)},
+    "beyond": {"attention": (), "mlp": (256,)},     # searched too, outside the fitted range
+    "n_max": {"attention": 64, "mlp": 128},
+    "seeds": (0, 1, 2),
+    "train": TrainConfig(steps=1000, batch=256, lr=0.02, log_every=20, n_test=2048, stop_at=0.95),
+}
+
+
+def grid_search(block: str, S: int, seed: int, store: FactStore | None = None, device: str = "cpu") -> dict:
+    """`smallest_model` at one point of CAPACITY_GRID: the task (S, R, D, T) with this seed, the block's
+    model family and n_max, the grid's training; the result of `smallest_model`."""
+    check_choice("block", block, BLOCKS)
+    g = CAPACITY_GRID
+    task = FactTask(S=check_int("S", S, 1), R=g["R"], D=g["D"], T=g["T"], seed=check_int("seed", seed, 0))
+    return smallest_model(task, block, g["threshold"], g["train"], d=g["d"], d_h=g["d_h"], unit=g["unit"],
+                          n_max=g["n_max"][block], resolution=g["resolution"], seed=seed, store=store, device=device)
