@@ -42,3 +42,23 @@ def test_distinct_gives_every_cell_its_own_seed():
 def test_distinct_must_be_a_bool():
     with pytest.raises(ValueError, match="distinct"):
         per_problem_nstars([BASE], 1, distinct="yes", **FAST)
+
+
+def test_metric_searches_the_attention_requirement_as_nstar_does(tmp_path):
+    """metric="att_acc": each cell is exactly nstar's attention search with that cell's seed, and the
+    recall and attention searches share the store's points (the second computes nothing new)."""
+    from lib.experiments.capacity import nstar
+    from lib.experiments.per_problem import point_seed
+    configs = lib.experiments.sweep.grid(BASE, L=[4, 8])
+    cache = str(tmp_path / "points.jsonl")
+    acc = per_problem_nstars(configs, 2, distinct=True, cache=cache, **FAST)
+    att = per_problem_nstars(configs, 2, distinct=True, cache=cache, metric="att_acc", **FAST)
+    for s in range(2):
+        for j, c in enumerate(configs):
+            ref = nstar(c, seed=point_seed(2, s, j, True), metric="att_acc", cache=cache, **FAST).nstar
+            assert np.isnan(att[s, j]) if ref is None else att[s, j] == ref
+    assert acc.shape == att.shape == (2, 2)
+    pts = sweep(configs[:1], seed=0, metric="att_acc", cache=cache, **FAST)
+    assert pts[0].metric == "att_acc" and table(pts)["metric"][0] == "att_acc"
+    with pytest.raises(ValueError, match="metric"):
+        sweep(configs, metric="loss", **FAST)

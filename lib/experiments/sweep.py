@@ -71,7 +71,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .bootstrap import BOOTSTRAP, _randint, bootstrap_nstar  # noqa: F401  (re-exported from lib.experiments.sweep)
-from .capacity import nstar as nstar_search
+from .capacity import METRICS, nstar as nstar_search
 from ..core.config import TaskConfig, check_bool, check_float, check_int, check_memory
 from ..learning.evaluate import N_TEST
 from ..core.seed import get_draw, set_draw
@@ -143,6 +143,7 @@ class SweepPoint:
     seconds: float = 0.0
     from_cache: bool = False               # True when nothing had to be computed
     training: dict | None = None           # the TrainSpec (as a dict) of a trained N*, None: three steps
+    metric: str = "acc"                    # the accuracy that must reach the threshold (lib.experiments.capacity.METRICS)
 
     def config(self, device: str | None = None) -> TaskConfig:
         """The TaskConfig of this point (on `device`, default: the default device)."""
@@ -171,10 +172,10 @@ def _one(cfg: TaskConfig, store: Store, opts: dict, parent: tuple | None = None)
     res = nstar_search(cfg, opts["threshold"], seeds=opts["seeds"], seed=opts["seed"], n_min=opts["n_min"],
                        n_max=opts["n_max"], mode=opts["mode"], n_test=opts["n_test"],
                        resolution=opts["resolution"], step_sizes=opts["step_sizes"], store=store,
-                       training=opts["training"])
+                       training=opts["training"], metric=opts["metric"])
     by_n = {}
-    for p in res.points:
-        by_n[p.N] = {"N": p.N, "acc": p.acc, "acc_std": p.acc_std, "per_seed": list(p.per_seed["acc"]),
+    for p in res.points:                   # per_seed: the searched metric's per-seed values (the bootstrap's)
+        by_n[p.N] = {"N": p.N, "acc": p.acc, "acc_std": p.acc_std, "per_seed": list(p.per_seed[opts["metric"]]),
                      "att_acc": p.att_acc, "oracle_acc": p.oracle_acc}
     points = [by_n[n] for n in sorted(by_n)]
     q10, q90, agree = bootstrap_nstar([p["N"] for p in points], [p["per_seed"] for p in points],
@@ -184,14 +185,14 @@ def _one(cfg: TaskConfig, store: Store, opts: dict, parent: tuple | None = None)
                       nstar=res.nstar, last_false=res.last_false, points=points, nstar_q10=q10, nstar_q90=q90,
                       nstar_agree=agree, computed=res.runs, seconds=time.perf_counter() - t0,
                       from_cache=res.runs == 0,
-                      training=None if opts["training"] is None else asdict(opts["training"]))
+                      training=None if opts["training"] is None else asdict(opts["training"]), metric=opts["metric"])
 
 
 def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3, seed: int = 0,
           mode: str = "limit", step_sizes: StepSizes = StepSizes(), n_min: int | None = None,
           n_max: int = 2 ** 20, resolution: float = 0.05, n_test: int = N_TEST, cache: str | None = None,
           jobs: int = 1, progress: bool = False, backend: str | None = None, scheduler: str | None = None,
-          training=None) -> list[SweepPoint]:
+          training=None, metric: str = "acc") -> list[SweepPoint]:
     """N* of every configuration, in input order (see the module docstring for store and parallelism).
 
     jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores; never more workers than
@@ -202,7 +203,9 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     `scheduler` (an address such as "tcp://10.0.0.1:8786"; then jobs must be 1, the cluster's
     workers decide). progress: a tqdm bar over grid points on stderr. training: a
     `lib.learning.trainer.TrainSpec` (with mode="finite") sweeps the N* of the trained model instead;
-    it is part of the store key.
+    it is part of the store key. metric: the accuracy that must reach the threshold, "acc" (recall, the
+    default), "att_acc" (attention alone) or "oracle_acc" (see lib.experiments.capacity.nstar); the store's
+    points hold all three, so sweeps on different metrics share them.
     """
     if isinstance(configs, TaskConfig) or not isinstance(configs, (list, tuple)):
         raise ValueError(f"configs must be a list of TaskConfig, got {type(configs).__name__}")
@@ -219,6 +222,8 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
         raise ValueError(f"jobs must be a positive integer or -1 (all cores), got {jobs!r}")
     check_bool("progress", progress)
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     if backend is not None and (not isinstance(backend, str) or backend not in BACKENDS):
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (or None), got {backend!r}")
     if scheduler is not None:
@@ -233,7 +238,8 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
                              training=training)
                 for c in configs]                                     # validates seeds, seed, mode, n_test, step_sizes
     opts = dict(threshold=threshold, seeds=seeds, seed=seed, n_min=n_min, n_max=n_max, mode=mode,
-                n_test=n_test, resolution=resolution, step_sizes=step_sizes, training=training, draw=get_draw())
+                n_test=n_test, resolution=resolution, step_sizes=step_sizes, training=training, draw=get_draw(),
+                metric=metric)
     if jobs != 1 and _own_workers(backend, jobs, scheduler):
         jobs = min((os.cpu_count() or 1) if jobs == -1 else jobs, max(1, len(configs)))   # no idle workers
         check_memory("jobs", jobs, jobs * WORKER_BYTES, f"{jobs} worker processes (Python with torch, "
@@ -394,14 +400,14 @@ def table(points: list[SweepPoint]) -> dict[str, np.ndarray]:
 
     Numeric columns (float arrays): V, d, L, m, tau, noise_vocab, threshold, nstar, last_false,
     nstar_q10, nstar_q90, nstar_agree, seeds, seed, n_test, computed, seconds. Others (object arrays):
-    model, activation, mlp_input, embedding, tied, trigger_in_value, eos_key, dtype, mode, from_cache.
+    model, activation, mlp_input, embedding, tied, trigger_in_value, eos_key, dtype, mode, from_cache, metric.
     """
     if not isinstance(points, (list, tuple)) or not all(isinstance(p, SweepPoint) for p in points):
         raise ValueError("points must be a list of SweepPoint")
     numeric = ("V", "d", "L", "m", "tau", "noise_vocab", "threshold", "nstar", "last_false", "nstar_q10",
                "nstar_q90", "nstar_agree", "seeds", "seed", "n_test", "computed", "seconds")
     other = ("model", "activation", "mlp_input", "embedding", "tied", "trigger_in_value", "eos_key", "dtype",
-             "mode", "from_cache")
+             "mode", "from_cache", "metric")
     cols = {}
     for k in numeric:
         cols[k] = np.array([math.nan if getattr(p, k) is None else float(getattr(p, k)) for p in points],
