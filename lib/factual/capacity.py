@@ -138,9 +138,9 @@ def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: Trai
 # d = 128. Attention: H heads of dimension d_h = 2 and no MLP, at most d / d_h = 64 heads, so the
 # heads' total rank H d_h never exceeds d. MLP: one routing head (values = identity) and an MLP of width
 # 4 n, at most 512. Online Adam at 0.02, batches of 256, at most 1000 steps, stopped once the test
-# accuracy (2048 samples, every 20 steps) reaches the threshold 0.95; searches to 25 % in n.
+# accuracy (2048 samples, every 20 steps) reaches the threshold 0.95; searches to unit precision in n.
 CAPACITY_GRID = {
-    "R": 4, "D": 4, "T": 6, "d": 128, "d_h": 2, "unit": 4, "threshold": 0.95, "resolution": 0.25,
+    "R": 4, "D": 4, "T": 6, "d": 128, "d_h": 2, "unit": 4, "threshold": 0.95, "resolution": 1e-9,
     "S": {"attention": (16, 32, 64, 128, 256, 512), "mlp": (4, 8, 16, 32, 64, 128)},
     "beyond": {"attention": (), "mlp": (256,)},     # searched too, outside the fitted range
     "n_max": {"attention": 64, "mlp": 128},
