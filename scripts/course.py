@@ -18,6 +18,9 @@ glued numbers as `source` does.
 `grade` executes a notebook and scores its check cells; before executing, it puts back the
 instructor's version of every check cell (matched by grade_id), so hidden tests count and an edited
 check cell does not. Written answers are not scored (their points are reported, to grade by hand).
+`score` is its one scoring rule (nbgrader's determine_grade over the check cells, a deleted check
+cell counted 0); `grade_execution` applies it to the book build's own execution of a chapter
+(_build/jupyter_execute/book), which the tests take instead of executing the chapter again.
 No nbgrader course directory or gradebook is needed.
 
 Usage:
@@ -338,28 +341,59 @@ ONE_THREAD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 def grade(path: pathlib.Path, source: pathlib.Path = BOOK) -> tuple[float, float, object]:
     """Execute the notebook at path with the instructor's checks restored; (score, max, executed nb)
-    over the check cells (written answers are graded by hand: see hand_points).
+    over the check cells, as `score` counts them (written answers are graded by hand: see hand_points).
 
     The kernel runs in a scratch folder, deleted afterwards, so a chapter that writes files beside
     itself (the caches of chapters 10 and 11) leaves the student's folder as it was; and with one
     thread (OMP_NUM_THREADS etc. = 1 unless already set), as the book build and nbval run."""
     nb = nbformat.read(path, as_version=4)
     instructor_path = source / path.name
-    missing = []
-    if instructor_path.exists():
-        missing = restore_checks(nb, nbformat.read(instructor_path, as_version=4))
+    instructor = nbformat.read(instructor_path, as_version=4) if instructor_path.exists() else None
+    if instructor is not None:
+        restore_checks(nb, instructor)
     # the kernel inherits this process's environment; patch.dict gives this process its own back
     with mock.patch.dict(os.environ, {var: os.environ.get(var, "1") for var in ONE_THREAD}), \
             tempfile.TemporaryDirectory(prefix="grade-") as scratch:
         nb = execute(nb, pathlib.Path(scratch))
-    score = max_score = 0.0
+    return (*score(nb, instructor), nb)
+
+
+def score(nb, instructor=None) -> tuple[float, float]:
+    """(score, max) of an executed notebook over its check cells, as nbgrader's autograde counts
+    them (nbgrader's determine_grade: a check's points unless its outputs hold an error or stderr);
+    with the instructor notebook, each of its check cells that nb lacks (a deleted cell: nb has no
+    cell with its grade_id) adds its points to max and 0 to the score. The one scoring rule of
+    `grade` and of the tests that score the book build's own executions."""
+    got = max_score = 0.0
     for c in check_cells(nb):
         s, m = nbg_utils.determine_grade(c)
-        score, max_score = score + s, max_score + m
-    if missing:                         # a deleted check cell scores 0 of its points
-        ref = exercise_cells(nbformat.read(instructor_path, as_version=4))
-        max_score += sum(float(ref[g].metadata["nbgrader"]["points"]) for g in missing)
-    return score, max_score, nb
+        got, max_score = got + s, max_score + m
+    if instructor is not None:          # a deleted check cell scores 0 of its points
+        present = set(exercise_cells(nb))
+        max_score += sum(float(c.metadata["nbgrader"]["points"]) for c in check_cells(instructor)
+                         if c.metadata["nbgrader"]["grade_id"] not in present)
+    return got, max_score
+
+
+def score_line(got: float, max_score: float, nb) -> str:
+    """What `grade` prints after "NAME: ": S/M, then " +P by hand" when nb has written answers."""
+    hand = hand_points(nb)
+    return f"{fmt(got)}/{fmt(max_score)}" + (f" +{fmt(hand)} by hand" if hand else "")
+
+
+def grade_execution(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTED,
+                    source: pathlib.Path = BOOK) -> tuple[float, float, object] | None:
+    """(score, max, executed nb) of the book build's own execution of the chapter at path: its
+    current executed copy in executed_dir (current_execution), scored by `score` against the
+    instructor notebook source/<name> as `grade` scores its execution. The chapters of book/ are the
+    instructor notebooks, so the build ran every check cell, hidden tests included: no second
+    execution is needed. None when executed_dir holds no current execution of the chapter."""
+    executed = current_execution(path, executed_dir)
+    if executed is None:
+        return None
+    instructor_path = source / path.name
+    instructor = nbformat.read(instructor_path, as_version=4) if instructor_path.exists() else None
+    return (*score(executed, instructor), executed)
 
 
 def hand_points(nb) -> float:
@@ -418,10 +452,8 @@ def main(argv=None) -> int:
             print(f"{p.name}: missing file", file=sys.stderr)
             status = 2
             continue
-        score, max_score, nb = grade(p, a.source)
-        hand = hand_points(nb)
-        print(f"{p.stem}: {fmt(score)}/{fmt(max_score)}" + (f" +{fmt(hand)} by hand" if hand else ""),
-              flush=True)
+        got, max_score, nb = grade(p, a.source)
+        print(f"{p.stem}: {score_line(got, max_score, nb)}", flush=True)
         if a.save_executed is not None:
             a.save_executed.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, a.save_executed / p.name)

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Run every test, then check the book a reader gets. This is the command CI runs (.ci/run).
-#   1. the library's tests (tests/, headless matplotlib: MPLBACKEND=Agg for this step only);
+#   1. the library's tests (tests/ except tests/book and the tests marked after_build; headless
+#      matplotlib: MPLBACKEND=Agg for this step only);
 #   2. every notebook under nbval (its asserts are the chapter's tests) and, at the same time, the
 #      clean book build of scripts/build_book.sh (the very same book, with every figure): both
 #      execute the notebooks, so they run side by side instead of one after the other;
 #   3. the student edition and the PDF (build_book.sh --student --pdf), from the chapters step 2
-#      executed: nothing runs twice;
-#   4. the built book (tests/book): every figure a chapter draws is on its page, and every page,
+#      executed: nothing runs twice; and, at the same time,
+#   4. the tests marked after_build (tests/test_course.py, `pytest tests -m after_build`): every
+#      exercise chapter scores full marks as the build executed it (its solutions and the
+#      instructor's check cells, hidden tests included: not executed again; CI=true fails if the
+#      build's executed copies are missing or stale), and its untouched student version, executed
+#      by scripts/grade.sh in two processes (one kernel, one thread each), scores zero with no error
+#      outside the exercises and prints no derivation's answer;
+#   5. the built book (tests/book): every figure a chapter draws is on its page, and every page,
 #      opened in headless Chromium with no network, has its math typeset by the bundled MathJax,
 #      its images loaded, no console error and working solution dropdowns (screenshots in
 #      _build/screenshots/); the student edition shows no solution and keeps the chapters'
@@ -21,7 +28,7 @@ bash scripts/install_tex.sh
 unset MPLBACKEND  # notebooks must draw with the inline backend: never Agg around them
 
 echo "== library tests"
-MPLBACKEND=Agg .venv/bin/python -m pytest tests -q -p no:cacheprovider --ignore=tests/book
+MPLBACKEND=Agg .venv/bin/python -m pytest tests -q -p no:cacheprovider --ignore=tests/book -m "not after_build"
 t_lib=$(date +%s)
 
 echo "== notebooks (nbval, CPU) alongside the book build (jupyter-book -W -n --keep-going)"
@@ -45,15 +52,33 @@ if [ "$nbval_rc" != 0 ] || [ "$build_rc" != 0 ]; then
 fi
 t_build=$(date +%s)
 
-echo "== the student edition and the PDF, from the executed chapters of the build"
+echo "== the student edition and the PDF, from the executed chapters of the build;" \
+     "alongside, the tests that grade the build's executions and the student notebooks (-m after_build)"
+graded_log=$(mktemp)
+# the student notebooks run in two grade.sh kernels of one thread each (MPLBACKEND=Agg as in step 1:
+# these tests read the printed text, not the figures), beside the editions' single-threaded builds
+MPLBACKEND=Agg .venv/bin/python -m pytest tests -q -p no:cacheprovider --ignore=tests/book -m after_build \
+  >"$graded_log" 2>&1 &
+graded_pid=$!
 editions=(--student)
 if command -v xelatex >/dev/null && command -v latexmk >/dev/null; then
   editions+=(--pdf)
 else
   echo "note: no TeX Live (xelatex, latexmk): the PDF is not built; its test is skipped (fails under CI=true)" >&2
 fi
-BOOK_SETUP_DONE=1 bash scripts/build_book.sh "${editions[@]}"
+editions_rc=0
+BOOK_SETUP_DONE=1 bash scripts/build_book.sh "${editions[@]}" || editions_rc=$?
 t_editions=$(date +%s)
+graded_rc=0
+wait "$graded_pid" || graded_rc=$?
+echo "== tests after the build (-m after_build) output"
+cat "$graded_log"
+rm -f "$graded_log"
+if [ "$editions_rc" != 0 ] || [ "$graded_rc" != 0 ]; then
+  echo "error: editions build exit status $editions_rc, after-build tests exit status $graded_rc" >&2
+  exit 1
+fi
+t_graded=$(date +%s)
 
 echo "== the built book: figures on the pages, every page in offline headless Chromium"
 .venv/bin/python -m pytest tests/book -q -p no:cacheprovider -rs
@@ -71,4 +96,5 @@ fi
 echo "== all tests passed in $(( t_book - start )) s" \
      "(setup+library $(( t_lib - start )) s," \
      "nbval+build $(( t_build - t_lib )) s, student edition+PDF $(( t_editions - t_build )) s," \
-     "built-book tests $(( t_book - t_editions )) s)"
+     "after-build tests $(( t_graded - t_build )) s (beside the editions; $(( t_graded - t_editions )) s after them)," \
+     "built-book tests $(( t_book - t_graded )) s)"

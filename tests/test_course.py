@@ -1,12 +1,16 @@
 """Course use: student notebooks carry no solution text, the autograder scores the instructor's
 notebooks full marks and untouched student notebooks zero, and hidden tests count.
 
-The whole-chapter grading executes every chapter twice (solution and student version), about
-10 s a notebook on two CPU cores.
+The whole-chapter grading (the tests marked after_build) scores every exercise chapter twice: as it
+is, from the book build's own execution of it (_build/jupyter_execute; executed with scripts/grade.sh
+when there is no current build, which CI=true refuses), and as an untouched student version, executed
+with scripts/grade.sh in two processes at once. scripts/test.sh runs them after the build:
+`pytest tests -m after_build`; its library step runs the rest (`-m "not after_build"`).
 """
 
 import ast
 import builtins
+import concurrent.futures
 import copy
 import importlib
 import importlib.util
@@ -165,29 +169,87 @@ def _errors(nb):
     return [(c, o) for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Grade every chapter and its untouched student version with scripts/grade.sh, the two runs in
-    parallel (one kernel each, one thread each); returns {(kind, stem): (score line, executed notebook)}."""
-    tmp = tmp_path_factory.mktemp("graded")
-    students = course.write_students(tmp / "student", CHAPTERS)
-    # one thread per kernel: the two runs share the cores without oversubscribing them, and compute
-    # exactly what nbval computes (scripts/test.sh runs it with OMP_NUM_THREADS=1 too)
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def _costs() -> dict:
+    """stem -> seconds of each chapter's execution in the last book build (_build/execution_times.txt,
+    written by scripts/build_book.sh); {} when there is none."""
+    times = ROOT / "_build" / "execution_times.txt"
+    if not times.exists():
+        return {}
+    found = re.findall(r"^\s*(?:\S+/)?([^/\s]+)\.ipynb: ([0-9.]+) s$", times.read_text(), re.M)
+    return {stem: float(t) for stem, t in found}
+
+
+def _halves(paths: list) -> list[list]:
+    """paths in two groups of about equal cost (longest first, each to the lighter group): the cost is
+    the chapter's execution time in the last book build, else its file size (outputs are stripped:
+    its code and prose, which scripts/execute_book.py also takes for a chapter's length)."""
+    costs = _costs()
+    cost = (lambda p: costs[p.stem]) if all(p.stem in costs for p in paths) else (lambda p: p.stat().st_size)
+    groups, loads = [[], []], [0.0, 0.0]
+    for p in sorted(paths, key=cost, reverse=True):
+        i = loads.index(min(loads))
+        groups[i].append(p)
+        loads[i] += cost(p)
+    return [g for g in groups if g]
+
+
+def _grade_sh(kind: str, i: int, notebooks: list, tmp: pathlib.Path) -> dict:
+    """Run scripts/grade.sh on notebooks, with one thread (the kernels share the cores without
+    oversubscribing them, and compute exactly what nbval and the book build compute);
+    {(kind, stem): (score line, executed notebook)}."""
+    saved = tmp / f"{kind}-{i}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    runs = {kind: subprocess.Popen(["bash", str(ROOT / "scripts" / "grade.sh"), "--save-executed", str(tmp / kind),
-                                    *map(str, nbs)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                   env=env)
-            for kind, nbs in (("solution", CHAPTERS), ("student", students))}
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "grade.sh"), "--save-executed", str(saved),
+                        *map(str, notebooks)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                       env=env, timeout=3600)
+    assert r.returncode == 0, r.stdout
     out = {}
-    for kind, proc in runs.items():
-        stdout, _ = proc.communicate(timeout=3600)
-        assert proc.returncode == 0, stdout
-        for line in stdout.splitlines():
-            stem, score = line.split(": ")
-            out[kind, stem] = (score, nbformat.read(tmp / kind / f"{stem}.ipynb", as_version=4))
+    for line in r.stdout.splitlines():
+        stem, score = line.split(": ")
+        out[kind, stem] = (score, nbformat.read(saved / f"{stem}.ipynb", as_version=4))
+    assert sorted(stem for _, stem in out) == sorted(p.stem for p in notebooks), r.stdout
     return out
 
 
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """{(kind, stem): (score line, executed notebook)} for every chapter: "solution", the
+    chapter as it is (book/ holds the instructor notebooks), and "student", its untouched student
+    version, each scored by course.score as scripts/grade.sh scores.
+
+    The solutions are the book build's own executions (_build/jupyter_execute/book, written by
+    scripts/build_book.sh, which scripts/test.sh runs before these tests): the build ran every chapter,
+    check cells and hidden tests included, so they are not executed again. A chapter without a current
+    execution there (no build, or one older than the chapter or lib/) is executed by scripts/grade.sh
+    instead, so these tests also run without a build; under CI=true that fails instead (the build has
+    just run: a stale copy would be a bug). The student versions are executed by scripts/grade.sh, in
+    two processes at once (one kernel and one thread each) of about equal cost (_halves)."""
+    tmp = tmp_path_factory.mktemp("graded")
+    out, unbuilt = {}, []
+    for path in CHAPTERS:
+        got = course.grade_execution(path)
+        if got is None:
+            unbuilt.append(path)
+        else:
+            out["solution", path.stem] = (course.score_line(*got), got[2])
+    if unbuilt and _in_ci():
+        pytest.fail(f"CI=true: no current execution in {course.EXECUTED} of {[p.name for p in unbuilt]} (missing, "
+                    "other code, or older than the chapter or lib/): scripts/test.sh runs these tests after the book "
+                    "build, so the build's copies must be there", pytrace=False)
+    students = course.write_students(tmp / "student", CHAPTERS)
+    runs = [("student", students)] + ([("solution", unbuilt)] if unbuilt else [])
+    jobs = [(kind, i, group) for kind, nbs in runs for i, group in enumerate(_halves(nbs))]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        for found in pool.map(lambda job: _grade_sh(*job, tmp), jobs):
+            out.update(found)
+    return out
+
+
+@pytest.mark.after_build
 @pytest.mark.parametrize("path", _exercise_chapters(), ids=lambda p: p.stem)
 def test_solutions_score_full_marks(graded, path):
     score, nb = graded["solution", path.stem]
@@ -196,6 +258,7 @@ def test_solutions_score_full_marks(graded, path):
     assert _errors(nb) == []
 
 
+@pytest.mark.after_build
 @pytest.mark.parametrize("path", _exercise_chapters(), ids=lambda p: p.stem)
 def test_untouched_students_score_zero_with_no_other_error(graded, path):
     score, nb = graded["student", path.stem]
@@ -467,6 +530,7 @@ def test_derivation_answers_are_no_lib_formula(label, path):
         signal.signal(signal.SIGALRM, previous)
 
 
+@pytest.mark.after_build
 @pytest.mark.parametrize("label,path", _derivation_chapters(), ids=lambda x: x if isinstance(x, str) else "")
 def test_derivation_answers_are_not_printed_by_the_chapter(graded, label, path):
     """Nothing the student notebook prints or shows as text when it runs spells the answer (images are not read:
