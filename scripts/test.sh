@@ -27,39 +27,45 @@ bash scripts/install_browser.sh
 bash scripts/install_tex.sh
 unset MPLBACKEND  # notebooks must draw with the inline backend: never Agg around them
 
+# start_beside COMMAND...: run COMMAND in the background, its output kept for finish_beside.
+# finish_beside TITLE FG_NAME FG_RC BG_NAME: wait for it, print its output under TITLE, and fail when
+# either the foreground step (exit status FG_RC) or the background command failed.
+start_beside() {
+  beside_log=$(mktemp)
+  "$@" >"$beside_log" 2>&1 &
+  beside_pid=$!
+}
+finish_beside() {
+  local bg_rc=0
+  wait "$beside_pid" || bg_rc=$?
+  echo "== $1"
+  cat "$beside_log"
+  rm -f "$beside_log"
+  if [ "$3" != 0 ] || [ "$bg_rc" != 0 ]; then
+    echo "error: $2 exit status $3, $4 exit status $bg_rc" >&2
+    exit 1
+  fi
+}
+
 echo "== library tests"
 MPLBACKEND=Agg .venv/bin/python -m pytest tests -q -p no:cacheprovider --ignore=tests/book -m "not after_build"
 t_lib=$(date +%s)
 
 echo "== notebooks (nbval, CPU) alongside the book build (jupyter-book -W -n --keep-going)"
-nbval_log=$(mktemp)
 # nbval gets one thread so that, beside the build (which runs as build_book.sh does), the two
 # executions share the CPU without oversubscribing it.
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" \
-  .venv/bin/python -m pytest --nbval-lax --nbval-current-env -q -p no:cacheprovider --durations=0 book \
-  >"$nbval_log" 2>&1 &
-nbval_pid=$!
+start_beside env OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" \
+  .venv/bin/python -m pytest --nbval-lax --nbval-current-env -q -p no:cacheprovider --durations=0 book
 build_rc=0
 BOOK_SETUP_DONE=1 bash scripts/build_book.sh || build_rc=$?
-nbval_rc=0
-wait "$nbval_pid" || nbval_rc=$?
-echo "== nbval output"
-cat "$nbval_log"
-rm -f "$nbval_log"
-if [ "$nbval_rc" != 0 ] || [ "$build_rc" != 0 ]; then
-  echo "error: nbval exit status $nbval_rc, book build exit status $build_rc" >&2
-  exit 1
-fi
+finish_beside "nbval output" "book build" "$build_rc" "nbval"
 t_build=$(date +%s)
 
 echo "== the student edition and the PDF, from the executed chapters of the build;" \
      "alongside, the tests that grade the build's executions and the student notebooks (-m after_build)"
-graded_log=$(mktemp)
 # the student notebooks run in two grade.sh kernels of one thread each (MPLBACKEND=Agg as in step 1:
 # these tests read the printed text, not the figures), beside the editions' single-threaded builds
-MPLBACKEND=Agg .venv/bin/python -m pytest tests -q -p no:cacheprovider --ignore=tests/book -m after_build \
-  >"$graded_log" 2>&1 &
-graded_pid=$!
+start_beside env MPLBACKEND=Agg .venv/bin/python -m pytest tests -q -p no:cacheprovider --ignore=tests/book -m after_build
 editions=(--student)
 if command -v xelatex >/dev/null && command -v latexmk >/dev/null; then
   editions+=(--pdf)
@@ -69,15 +75,7 @@ fi
 editions_rc=0
 BOOK_SETUP_DONE=1 bash scripts/build_book.sh "${editions[@]}" || editions_rc=$?
 t_editions=$(date +%s)
-graded_rc=0
-wait "$graded_pid" || graded_rc=$?
-echo "== tests after the build (-m after_build) output"
-cat "$graded_log"
-rm -f "$graded_log"
-if [ "$editions_rc" != 0 ] || [ "$graded_rc" != 0 ]; then
-  echo "error: editions build exit status $editions_rc, after-build tests exit status $graded_rc" >&2
-  exit 1
-fi
+finish_beside "tests after the build (-m after_build) output" "editions build" "$editions_rc" "after-build tests"
 t_graded=$(date +%s)
 
 echo "== the built book: figures on the pages, every page in offline headless Chromium"
