@@ -62,3 +62,17 @@ def test_metric_searches_the_attention_requirement_as_nstar_does(tmp_path):
     assert pts[0].metric == "att_acc" and table(pts)["metric"][0] == "att_acc"
     with pytest.raises(ValueError, match="metric"):
         sweep(configs, metric="loss", **FAST)
+
+
+def test_only_searches_some_columns_with_their_seeds_in_the_whole_table(tmp_path):
+    configs = lib.experiments.sweep.grid(BASE, L=[4, 8, 16])
+    cache = str(tmp_path / "points.jsonl")
+    whole = per_problem_nstars(configs, 2, distinct=True, cache=cache, **FAST)
+    part = per_problem_nstars(configs, 2, distinct=True, only=[2, 0], cache=cache, **FAST)
+    assert np.isnan(part[:, 1]).all()
+    np.testing.assert_array_equal(part[:, [0, 2]], whole[:, [0, 2]])
+    np.testing.assert_array_equal(per_problem_nstars(configs, 2, only=[1], cache=cache, **FAST)[:, 1],
+                                  per_problem_nstars(configs, 2, cache=cache, **FAST)[:, 1])
+    for bad in ([], [3], [0, 0], [True], "0"):
+        with pytest.raises(ValueError, match="only"):
+            per_problem_nstars(configs, 2, only=bad, **FAST)

@@ -24,18 +24,31 @@ def point_seed(problems: int, row: int, column: int, distinct: bool) -> int:
     return column * problems + row if distinct else row
 
 
-def per_problem_nstars(configs: list[TaskConfig], problems: int, *, distinct: bool = False, **options) -> np.ndarray:
+def per_problem_nstars(configs: list[TaskConfig], problems: int, *, distinct: bool = False,
+                       only: list[int] | None = None, **options) -> np.ndarray:
     """(problems, len(configs)) array: row s is `sweep(configs, seed=s, **options)`'s N* (nan where
     the search did not reach the threshold by n_max). `options` are sweep's (threshold, seeds, n_test,
-    n_min, n_max, resolution, mode, training, cache, ...); `seed` is set per row, or per cell with
-    `distinct=True` (`point_seed`: every grid point its own problem and data)."""
+    n_min, n_max, resolution, mode, training, metric, cache, ...); `seed` is set per row, or per cell with
+    `distinct=True` (`point_seed`: every grid point its own problem and data). `only`: the indices of the
+    configurations to search (the others' columns are nan), with the seeds they have in the whole table,
+    so that another recipe can be searched on the same problems at some grid points."""
     problems = check_int("problems", problems, 1)
     check_bool("distinct", distinct)
     if "seed" in options:
         raise ValueError("seed is set per problem (0 .. problems - 1); do not pass it")
     if not isinstance(configs, (list, tuple)) or not configs or not all(isinstance(c, TaskConfig) for c in configs):
         raise ValueError("configs must be a non-empty list of TaskConfig")
-    if not distinct:
-        return np.array([table(sweep(list(configs), seed=s, **options))["nstar"] for s in range(problems)])
-    return np.array([[table(sweep([c], seed=point_seed(problems, s, j, True), **options))["nstar"][0]
-                      for j, c in enumerate(configs)] for s in range(problems)], dtype=float)
+    if only is None:
+        only = list(range(len(configs)))
+    elif (not isinstance(only, (list, tuple)) or not only or len(set(only)) != len(only)
+          or not all(isinstance(j, int) and not isinstance(j, bool) and 0 <= j < len(configs) for j in only)):
+        raise ValueError(f"only must be a non-empty list of distinct indices into configs (0 .. {len(configs) - 1}), "
+                         f"got {only!r}")
+    out = np.full((problems, len(configs)), np.nan)
+    for s in range(problems):
+        if not distinct:
+            out[s, only] = table(sweep([configs[j] for j in only], seed=s, **options))["nstar"]
+        else:
+            out[s, only] = [table(sweep([configs[j]], seed=point_seed(problems, s, j, True), **options))["nstar"][0]
+                            for j in only]
+    return out
