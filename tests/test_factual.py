@@ -3,6 +3,7 @@ counts, autograd against finite differences, the relation-only predictor against
 cache (a rerun trains nothing) and argument validation."""
 
 import math
+import os
 import warnings
 
 import pytest
@@ -244,6 +245,7 @@ def test_a_shipped_store_is_read_but_never_written(tmp_path):
 def test_capacity_grid_keeps_the_heads_rank_within_d():
     g = F.CAPACITY_GRID
     assert g["n_max"]["attention"] * g["d_h"] <= g["d"]          # H d_h <= d: every head can add rank
+    assert os.path.isabs(F.CAPACITY_STORE) and len(F.FactStore(None, read_also=F.CAPACITY_STORE)) > 0   # found from any folder
     assert len(g["S"]["attention"]) >= 6 and len(g["S"]["mlp"]) >= 6
     with pytest.raises(ValueError, match="block"):
         F.grid_search("both", 8, 0)

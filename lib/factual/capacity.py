@@ -139,6 +139,8 @@ def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: Trai
 # heads' total rank H d_h never exceeds d. MLP: one routing head (values = identity) and an MLP of width
 # 4 n, at most 512. Online Adam at 0.02, batches of 256, at most 1000 steps, stopped once the test
 # accuracy (2048 samples, every 20 steps) reaches the threshold 0.95; searches to unit precision in n.
+CAPACITY_STORE = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "book", "data",
+                                               "ch11_capacity_grid.jsonl"))   # the shipped store (draws 0-3)
 CAPACITY_GRID = {
     "R": 4, "D": 4, "T": 6, "d": 128, "d_h": 2, "unit": 4, "threshold": 0.95, "resolution": 1e-9,
     "S": {"attention": (16, 32, 64, 128, 256, 512), "mlp": (4, 8, 16, 32, 64, 128)},
