@@ -269,3 +269,19 @@ def test_capacity_grid_keeps_the_heads_rank_within_d():
 def test_bad_arguments_raise_value_errors_naming_the_parameter(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_block_params_without_building_the_model_equal_the_built_count():
+    g = F.CAPACITY_GRID
+    task = F.FactTask(S=8, R=g["R"], D=g["D"], T=g["T"])
+    for block in ("attention", "mlp"):
+        for n in (1, 3, g["n_max"][block]):
+            built = F.param_counts(F.FactTransformer(task, F.block_config(block, n, g["d"], g["d_h"], g["unit"])))
+            assert F.grid_block_params(block, n) == built[block]
+    assert F.grid_block_params("mlp", 2) == 2 * 8 * 128 + 8          # width 4n = 8: W1, b1, W2
+    with pytest.raises(ValueError, match="block"):
+        F.grid_block_params("both", 1)
+    with pytest.raises(ValueError, match="n must be"):
+        F.grid_block_params("mlp", 0)
+    with pytest.raises(ValueError, match="cfg"):
+        F.block_param_counts("mlp")

@@ -272,3 +272,35 @@ def test_cli_sweep_bad_values_exit_2_with_one_line(capsys, bad, name):
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and name in lines[0] and "Traceback" not in err, err
+
+
+@pytest.mark.filterwarnings("ignore:cache .*truncated")
+def test_a_shipped_store_is_read_but_never_written(tmp_path):
+    shipped, cache = str(tmp_path / "shipped.jsonl"), str(tmp_path / "cache.jsonl")
+    first = sweep([BASE], cache=shipped, **FAST)[0]
+    before = open(shipped, "rb").read()
+    again = sweep([BASE], cache=cache, read_also=shipped, **FAST)[0]          # every point read from the shipped store
+    assert again.computed == 0 and same([again]) == same([first]) and not os.path.exists(cache)
+    other = sweep([BASE], cache=cache, read_also=shipped, **{**FAST, "threshold": 0.8})[0]
+    new_Ns = {q["N"] for q in other.points} - {q["N"] for q in first.points}
+    assert other.computed == len(new_Ns) > 0 and n_records(cache) == len(new_Ns)   # new points: the cache only
+    assert open(shipped, "rb").read() == before
+    both = Store(cache, read_also=shipped)
+    assert len(both) == len(Store(shipped)) + len(Store(cache))
+    assert len(both.subset(point_prefix(BASE, seeds=3, seed=0, mode="limit", n_test=512,
+                                        step_sizes=lib.StepSizes()))) == len(both)   # a worker gets both
+    with open(tmp_path / "cut.jsonl", "wb") as f:
+        f.write(before[:-20])                                                # a shipped store must be whole
+    for bad, name in [(str(tmp_path / "none.jsonl"), "no store"), (3, "read_also must be"),
+                      (str(tmp_path / "cut.jsonl"), "invalid lines"), (cache, "another file")]:
+        with pytest.raises(ValueError, match=name):
+            Store(cache, read_also=bad)
+
+
+def test_chapter_10s_shipped_store_is_whole_and_current():
+    from lib.experiments.store import BOOK_DATA, _point_shape, read_records
+    path = os.path.join(BOOK_DATA, "ch10_points.jsonl")
+    records, bad = read_records(path, _point_shape)
+    assert not bad and len(records) > 1000                       # regenerate: bash scripts/ship_ch10_store.sh
+    assert all(k["version"] == lib.__version__ and "draw" not in k for k, _ in records)   # draw 0, this library
+    assert {k["config"]["V"] for k, _ in records} == {128}      # the chapter's N* grid only

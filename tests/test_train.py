@@ -146,3 +146,32 @@ def test_problem_nstars_is_one_search_per_problem(tmp_path):
         problem_nstars(cfg, 0.9, 2, seed=3, **kw)
     with pytest.raises(ValueError, match="problems"):
         problem_nstars(cfg, 0.9, 0, **kw)
+
+
+def test_tied_best_is_two_binomial_standard_errors_of_the_best():
+    from lib.learning.trainer import tied_best
+    rates = [0.01, 0.03, 0.1, 0.3]
+    # best 0.985 on 2048 samples: two standard errors are 2 sqrt(0.985 * 0.015 / 2048) = 0.00537
+    assert tied_best([0.7, 0.973, 0.985, 0.985], rates, 2048) == [0.1, 0.3]
+    assert tied_best([0.7, 0.980, 0.985, 0.985], rates, 2048) == [0.03, 0.1, 0.3]
+    assert tied_best([0.7, 0.9999, 1.0, 1.0], rates, 2048) == [0.1, 0.3]     # a perfect best: only exact ties
+    assert tied_best([0.5, 0.5, 0.5, 0.5], rates, 10 ** 9) == rates
+    for args, name in [(([0.5], rates, 10), "accuracies"), (([0.5, 0.5, 0.5, 1.5], rates, 10), "accuracies"),
+                       (([0.5] * 4, rates, 0), "n_val"), (([], [], 10), "rates"), ((["a"] * 4, rates, 10), "accuracies")]:
+        with pytest.raises(ValueError, match=name):
+            tied_best(*args)
+
+
+def test_choose_lr_is_the_smallest_tied_rate_of_a_direct_validation():
+    from lib.learning.trainer import choose_lr, tied_best
+    problem = lib.make_problem(small_cfg(V=9, d=6, L=4), 0)
+    rates = [1e-4, 0.03, 0.3]
+    lr, acc, tied = choose_lr(problem, rates, n=60, steps=20, n_val=300, seed=2)
+    batch, val = lib.sample_batch(problem, 60, 2), lib.sample_batch(problem, 300, 3, split="test")
+    direct = [train(problem, batch, steps=20, lr=r, record_every=20, test_batch=val)[1].test_acc[-1] for r in rates]
+    assert acc == direct and tied == tied_best(direct, rates, 300) and lr == tied[0]
+    assert acc[0] < max(acc) and lr != rates[0]          # 20 steps at 1e-4 leave the model near chance
+    for kw, name in [(dict(rates=[0.1, 0.01]), "rates"), (dict(rates=[0.0, 0.1]), "rates"), (dict(rates=[]), "rates"),
+                     (dict(n=0), "n"), (dict(steps=0), "steps"), (dict(n_val=0), "n_val"), (dict(seed=-1), "seed")]:
+        with pytest.raises(ValueError, match=name):
+            choose_lr(problem, **{"rates": rates, "n": 60, **kw})

@@ -56,6 +56,7 @@ from ..core.seed import get_draw
 from ..core.steps import MODES, StepSizes
 
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
+BOOK_DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "book", "data"))   # shipped stores
 CLAIMS = ".claims"                     # <cache>.claims/: one lock file per point being (or once) computed
 
 
@@ -241,15 +242,17 @@ def _result(d: dict) -> RunResult:
 
 
 class Store:
-    """The points of one cache file (or of memory only when `path` is None).
+    """The points of one cache file (or of memory only when `path` is None), and optionally those of a
+    second, read-only one (`read_also`: a store shipped with the book; its points are found by `get` and
+    carried by `subset`, but new points go to `path` only, and `refresh` reads `path` only).
 
     `get(prefix, N)` -> RunResult or None; `put(prefix, result)` records and appends at once.
     `subset(prefix)` is a small picklable Store holding one configuration's points, for a worker.
     `claim(prefix, N)` and `refresh()` let concurrent processes compute each point once (module docstring).
     """
 
-    def __init__(self, path: str | None = None, *, _data: dict | None = None, _offset: int = 0,
-                 _only: str | None = None):
+    def __init__(self, path: str | None = None, *, read_also: str | None = None, _data: dict | None = None,
+                 _offset: int = 0, _only: str | None = None):
         self.path = path if _data is not None else check_store_path(path)   # a subset's path was checked
         self.data: dict[str, dict[int, dict]] = {}       # canonical(prefix) -> {N: result dict}
         self.bad_lines: list[int] = []                    # 1-based line numbers rejected at load
@@ -258,7 +261,22 @@ class Store:
         self.guard = None                                 # called before each claim: raises to stop the work
         if _data is not None:
             self.data = _data
-        elif self.path is not None and os.path.exists(self.path):
+            return
+        if read_also is not None:                         # a shipped store: its points are read, never written
+            if not isinstance(read_also, (str, os.PathLike)):
+                raise ValueError(f"read_also must be a file path or None, got {read_also!r}")
+            read_also = os.fspath(read_also)
+            if not os.path.isfile(read_also):
+                raise ValueError(f"read_also: no store at {read_also!r}")
+            if self.path is not None and os.path.abspath(read_also) == os.path.abspath(self.path):
+                raise ValueError(f"read_also must be another file than path, got {read_also!r} twice")
+            records, bad = read_records(read_also, _point_shape)
+            if bad:
+                raise ValueError(f"read_also: {read_also!r} has {len(bad)} invalid lines (first: line {bad[0]}); "
+                                 "a shipped store must be whole")
+            for key, result in records:
+                self._add(key, result)
+        if self.path is not None and os.path.exists(self.path):
             self._load()
 
     def _load(self) -> None:

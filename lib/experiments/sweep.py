@@ -192,7 +192,7 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
           mode: str = "limit", step_sizes: StepSizes = StepSizes(), n_min: int | None = None,
           n_max: int = 2 ** 20, resolution: float = 0.05, n_test: int = N_TEST, cache: str | None = None,
           jobs: int = 1, progress: bool = False, backend: str | None = None, scheduler: str | None = None,
-          training=None, metric: str = "acc") -> list[SweepPoint]:
+          training=None, metric: str = "acc", read_also: str | None = None) -> list[SweepPoint]:
     """N* of every configuration, in input order (see the module docstring for store and parallelism).
 
     jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores; never more workers than
@@ -205,7 +205,8 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     `lib.learning.trainer.TrainSpec` (with mode="finite") sweeps the N* of the trained model instead;
     it is part of the store key. metric: the accuracy that must reach the threshold, "acc" (recall, the
     default), "att_acc" (attention alone) or "oracle_acc" (see lib.experiments.capacity.nstar); the store's
-    points hold all three, so sweeps on different metrics share them.
+    points hold all three, so sweeps on different metrics share them. read_also: a second store file whose
+    points are read but never written (a store shipped with the book; see `Store`).
     """
     if isinstance(configs, TaskConfig) or not isinstance(configs, (list, tuple)):
         raise ValueError(f"configs must be a list of TaskConfig, got {type(configs).__name__}")
@@ -244,7 +245,7 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
         jobs = min((os.cpu_count() or 1) if jobs == -1 else jobs, max(1, len(configs)))   # no idle workers
         check_memory("jobs", jobs, jobs * WORKER_BYTES, f"{jobs} worker processes (Python with torch, "
                      f"{WORKER_BYTES / 2 ** 20:.0f} MiB each before their first point)")
-    store = Store(cache)
+    store = Store(cache, read_also=read_also)
     from tqdm import tqdm
     bar = tqdm(total=len(configs), desc="N* sweep", unit="point", disable=not progress)
     out: list = [None] * len(configs)

@@ -19,10 +19,10 @@ from __future__ import annotations
 from ..core.task import SAMPLE_BLOCK            # re-exported: lib.factual.SAMPLE_BLOCK, as before
 from .task import (FactBatch, FactTask, TABLES, fact_table, relation_only, relation_only_scores, sample,
                    zipf_weights)
-from .models import (EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, embeddings,
-                     param_counts)
+from .models import (EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, block_param_counts,
+                     embeddings, param_counts)
 from .training import History, OPTIMIZERS, SCHEDULES, TrainConfig, metrics, plateau, train
-from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_search,
-                       smallest_model, trained_point)
+from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
+                       grid_search, smallest_model, trained_point)
 from .reference import (NICHANI_RUN, NICHANI_TASK, count_logits, load_nichani_book_runs, load_nichani_reference,
                         nichani_sequential_run, nichani_task, sample_counts, sequence_counts)

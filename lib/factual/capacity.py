@@ -18,8 +18,8 @@ from dataclasses import asdict
 from ..core.config import check_choice, check_float, check_int
 from ..core.search import threshold_search
 from ..core.seed import get_draw
-from ..experiments.store import append_line, canonical, check_store_path, library_version, read_records, record_text
-from .models import FactModelConfig, FactTransformer, param_counts
+from ..experiments.store import BOOK_DATA, append_line, canonical, check_store_path, library_version, read_records, record_text
+from .models import FactModelConfig, FactTransformer, block_param_counts, param_counts
 from .task import FactTask, _check_task
 from .training import TrainConfig, train
 
@@ -139,8 +139,7 @@ def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: Trai
 # heads' total rank H d_h never exceeds d. MLP: one routing head (values = identity) and an MLP of width
 # 4 n, at most 512. Online Adam at 0.02, batches of 256, at most 1000 steps, stopped once the test
 # accuracy (2048 samples, every 20 steps) reaches the threshold 0.95; searches to unit precision in n.
-CAPACITY_STORE = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "book", "data",
-                                               "ch11_capacity_grid.jsonl"))   # the shipped store (draws 0-3)
+CAPACITY_STORE = os.path.join(BOOK_DATA, "ch11_capacity_grid.jsonl")   # the shipped store (draws 0-3)
 CAPACITY_GRID = {
     "R": 4, "D": 4, "T": 6, "d": 128, "d_h": 2, "unit": 4, "threshold": 0.95, "resolution": 1e-9,
     "S": {"attention": (16, 32, 64, 128, 256, 512), "mlp": (4, 8, 16, 32, 64, 128)},
@@ -149,6 +148,13 @@ CAPACITY_GRID = {
     "seeds": (0, 1, 2),
     "train": TrainConfig(steps=1000, batch=256, lr=0.02, log_every=20, n_test=2048, stop_at=0.95),
 }
+
+
+def grid_block_params(block: str, n: int) -> int:
+    """The grown block's own parameters in model n of CAPACITY_GRID's search for `block` (no model is built)."""
+    check_choice("block", block, BLOCKS)
+    g = CAPACITY_GRID
+    return block_param_counts(block_config(block, n, g["d"], g["d_h"], g["unit"]))[block]
 
 
 def grid_search(block: str, S: int, seed: int, store: FactStore | None = None, device: str = "cpu") -> dict:

@@ -157,14 +157,21 @@ class LinearAttention(torch.nn.Module):
         return (s[:, :, None] * e).sum(1) @ self.W                    # (N, R D)
 
 
+def block_param_counts(cfg: FactModelConfig) -> dict:
+    """The attention's and the MLP's parameters of a FactTransformer with this configuration, by the
+    formulas of `param_counts`, without building the model."""
+    if not isinstance(cfg, FactModelConfig):
+        raise ValueError(f"cfg must be a FactModelConfig, got {type(cfg).__name__}")
+    return {"attention": (4 if cfg.values == "trained" else 2) * cfg.H * cfg.d_h * cfg.d, "mlp": 2 * cfg.m * cfg.d + cfg.m}
+
+
 def param_counts(model: torch.nn.Module) -> dict:
     """Parameters per block, by formula: attention 4 H d_h d (Q, K, V, O; 2 d_h d with values='identity'), MLP 2 m d + m (W1, b1, W2),
     embeddings (vocab + R D) d, and `trainable` (what the optimizer moves). Their sweeps count
     4 H d_h d + 2 m d (fact_recall_sweep.py): the MLP bias (m numbers) is left out there."""
     if isinstance(model, FactTransformer):
         c, t = model.cfg, model.task
-        out = {"attention": (4 if c.values == "trained" else 2) * c.H * c.d_h * c.d, "mlp": 2 * c.m * c.d + c.m,
-               "embeddings": (t.vocab + t.n_answers) * c.d}
+        out = {**block_param_counts(c), "embeddings": (t.vocab + t.n_answers) * c.d}
         out["trainable"] = out["attention"] + out["mlp"] + (out["embeddings"] if c.train_embeddings else 0)
         return out
     if isinstance(model, LinearAttention):

@@ -21,6 +21,8 @@ gradients; tests/test_train.py binds it and GD to `train_transformer` (autograd)
 `TrainSpec` names one training recipe; `lib.experiments.experiment.run(..., training=spec)` and the N* search
 and sweep (`lib.experiments.capacity`, `lib.experiments.sweep`) evaluate trained models with it, the spec being part of
 the store key so that trained and three-step points never mix.
+`choose_lr` is chapter 10's rule for Adam's rate: validate every rate of a grid on fresh samples and
+take the smallest of those that the validation cannot tell from the best (`tied_best`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from ..core.task import Batch, check_batch, sample_batch
 from ..fast.tokens import chunk_size, chunks, forward_chunk
 
 __all__ = ["OPTIMIZERS", "History", "TrainConfig", "train_memory", "train_transformer", "gd_counts",
-           "TrainSpec", "TrainRecord", "train", "train_with", "check_training", "attention_summary", "INITS"]
+           "TrainSpec", "TrainRecord", "train", "train_with", "check_training", "attention_summary", "INITS",
+           "tied_best", "choose_lr"]
 
 INITS = ("zero", "three_steps")
 
@@ -262,3 +265,41 @@ def train_with(problem: Problem, batch: Batch, spec: TrainSpec, step_sizes: Step
     init = three_steps(problem, batch, "finite", step_sizes=step_sizes) if spec.init == "three_steps" else spec.init
     return train(problem, batch, optimizer=spec.optimizer, steps=spec.steps, lr=spec.lr, lr_KQ=spec.lr_KQ,
                  init=init, **kw)
+
+
+def tied_best(accuracies, rates, n_val: int) -> list[float]:
+    """The rates whose validation accuracy lies within two binomial standard errors of the best one,
+    2 sqrt(a (1 - a) / n_val) with a the best accuracy on `n_val` samples, in the order given
+    (a validation of that size cannot tell them apart from the best)."""
+    n_val = check_int("n_val", n_val, 1)
+    if not isinstance(rates, (list, tuple)) or not rates:
+        raise ValueError(f"rates must be a non-empty list of learning rates, got {rates!r}")
+    try:
+        acc = [float(a) for a in accuracies]
+    except (TypeError, ValueError):
+        raise ValueError(f"accuracies must be numbers, got {accuracies!r}") from None
+    if len(acc) != len(rates) or not all(0.0 <= a <= 1.0 for a in acc):
+        raise ValueError(f"accuracies must be {len(rates)} numbers in [0, 1] (one per rate), got {acc!r}")
+    best = max(acc)
+    tol = 2 * math.sqrt(best * (1 - best) / n_val)
+    return [r for r, a in zip(rates, acc) if a >= best - tol]
+
+
+def choose_lr(problem: Problem, rates, *, n: int, steps: int = 100, n_val: int = 2048,
+              seed: int = 0) -> tuple[float, list[float], list[float]]:
+    """Chapter 10's choice of Adam's learning rate. For each rate of the increasing grid `rates`: `steps`
+    Adam steps from zero on `n` samples (seed `seed`), then the accuracy on `n_val` fresh samples of the
+    test split (seed `seed + 1`). Returns (the smallest rate of `tied_best`, the accuracies by rate, the
+    tied rates): a validation that several rates pass alike does not choose the largest of them."""
+    if (not isinstance(rates, (list, tuple)) or not rates
+            or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r < 1e12 for r in rates)
+            or any(b <= a for a, b in zip(rates, rates[1:]))):
+        raise ValueError(f"rates must be a non-empty increasing list of positive numbers, got {rates!r}")
+    n, steps, n_val = check_int("n", n, 1), check_int("steps", steps, 1), check_int("n_val", n_val, 1)
+    seed = check_int("seed", seed, 0)
+    batch = sample_batch(problem, n, seed)
+    val_batch = sample_batch(problem, n_val, seed + 1, split="test")
+    acc = [train(problem, batch, steps=steps, lr=float(r), record_every=steps, test_batch=val_batch)[1].test_acc[-1]
+           for r in rates]
+    tied = tied_best(acc, list(rates), n_val)
+    return tied[0], acc, tied
