@@ -151,10 +151,12 @@ def test_problem_nstars_is_one_search_per_problem(tmp_path):
 def test_tied_best_is_two_binomial_standard_errors_of_the_best():
     from lib.learning.trainer import tied_best
     rates = [0.01, 0.03, 0.1, 0.3]
-    # best 0.985 on 2048 samples: two standard errors are 2 sqrt(0.985 * 0.015 / 2048) = 0.00537
+    # best 0.985 on 2048 samples: p = (0.985 * 2048 + 2) / 2052 = 0.98406, two standard errors 0.00554
     assert tied_best([0.7, 0.973, 0.985, 0.985], rates, 2048) == [0.1, 0.3]
     assert tied_best([0.7, 0.980, 0.985, 0.985], rates, 2048) == [0.03, 0.1, 0.3]
-    assert tied_best([0.7, 0.9999, 1.0, 1.0], rates, 2048) == [0.1, 0.3]     # a perfect best: only exact ties
+    # a perfect best: p = 2050 / 2052, two standard errors 0.00138 (2.8 samples), not 0
+    assert tied_best([0.7, 2046 / 2048, 1.0, 1.0], rates, 2048) == [0.03, 0.1, 0.3]
+    assert tied_best([0.7, 2045 / 2048, 1.0, 1.0], rates, 2048) == [0.1, 0.3]
     assert tied_best([0.5, 0.5, 0.5, 0.5], rates, 10 ** 9) == rates
     for args, name in [(([0.5], rates, 10), "accuracies"), (([0.5, 0.5, 0.5, 1.5], rates, 10), "accuracies"),
                        (([0.5] * 4, rates, 0), "n_val"), (([], [], 10), "rates"), ((["a"] * 4, rates, 10), "accuracies")]:

@@ -269,8 +269,9 @@ def train_with(problem: Problem, batch: Batch, spec: TrainSpec, step_sizes: Step
 
 def tied_best(accuracies, rates, n_val: int) -> list[float]:
     """The rates whose validation accuracy lies within two binomial standard errors of the best one,
-    2 sqrt(a (1 - a) / n_val) with a the best accuracy on `n_val` samples, in the order given
-    (a validation of that size cannot tell them apart from the best)."""
+    2 sqrt(p (1 - p) / n_val) with p = (a n_val + 2) / (n_val + 4) the Agresti-Coull estimate of the best
+    accuracy a on `n_val` samples, in the order given (a validation of that size cannot tell them apart
+    from the best). The estimate keeps the tolerance above 0 at a = 1 (about three samples in 2048)."""
     n_val = check_int("n_val", n_val, 1)
     if not isinstance(rates, (list, tuple)) or not rates:
         raise ValueError(f"rates must be a non-empty list of learning rates, got {rates!r}")
@@ -280,9 +281,9 @@ def tied_best(accuracies, rates, n_val: int) -> list[float]:
         raise ValueError(f"accuracies must be numbers, got {accuracies!r}") from None
     if len(acc) != len(rates) or not all(0.0 <= a <= 1.0 for a in acc):
         raise ValueError(f"accuracies must be {len(rates)} numbers in [0, 1] (one per rate), got {acc!r}")
-    best = max(acc)
-    tol = 2 * math.sqrt(best * (1 - best) / n_val)
-    return [r for r, a in zip(rates, acc) if a >= best - tol]
+    p = (max(acc) * n_val + 2) / (n_val + 4)
+    tol = 2 * math.sqrt(p * (1 - p) / n_val)
+    return [r for r, a in zip(rates, acc) if a >= max(acc) - tol]
 
 
 def choose_lr(problem: Problem, rates, *, n: int, steps: int = 100, n_val: int = 2048,
