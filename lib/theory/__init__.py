@@ -18,7 +18,7 @@ ch08_mlp_memory imports ch08_kernels; no module imports one that imports it back
 from __future__ import annotations
 
 from .fits import (fit_constant, fit_power_law, fit_power_law_ci, fit_power_law_interval, geometric_interval,
-                   param_count, t_interval, t_quantile, welch_interval)
+                   param_count, t_interval, t_quantile)
 from .ch02_interference import (capacity_from_constant, hebbian_conditional_moments,
                                 hebbian_predicted_accuracy, hebbian_predicted_capacity, hebbian_score_moments,
                                 inner_product_moments, predicted_coherence, trigger_bias_var)

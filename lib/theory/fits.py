@@ -125,21 +125,3 @@ def geometric_interval(values, level: float = 0.95) -> tuple[float, float, float
     m, half = t_interval(np.log(v), level=level)
     return float(math.exp(m)), float(math.exp(m - half)), float(math.exp(m + half))
 
-
-def welch_interval(a, b, level: float = 0.95) -> tuple[float, float]:
-    """Difference of means of two independent samples, mean(a) - mean(b), and the half-width of its
-    Welch interval at `level`: t with the Welch-Satterthwaite degrees of freedom (rounded down, which widens
-    the interval) times
-    sqrt(var(a)/n_a + var(b)/n_b). Each sample needs at least 2 finite values; two samples without
-    spread give half-width 0."""
-    from ..core.config import check_float
-    level = check_float("level", level, 0.0, 0.999, strict_min=True)
-    a, b = np.asarray(a, float).ravel(), np.asarray(b, float).ravel()
-    for name, x in (("a", a), ("b", b)):
-        if x.size < 2 or not np.isfinite(x).all():
-            raise ValueError(f"{name} must hold at least 2 finite values, got {x.size}")
-    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    if va + vb == 0:
-        return float(a.mean() - b.mean()), 0.0
-    dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
-    return float(a.mean() - b.mean()), float(t_quantile((1 + level) / 2, max(1, int(dof))) * math.sqrt(va + vb))
