@@ -240,6 +240,17 @@ def test_a_shipped_store_is_read_but_never_written(tmp_path):
     assert st.computed == 1 and shipped.read_bytes() == before and len(F.FactStore(str(local))) == 1
     with pytest.raises(ValueError, match="read_also"):
         F.FactStore(str(local), read_also=str(tmp_path / "absent.jsonl"))
+    os.chmod(shipped, 0o444)                     # only read: a read-only shipped file serves
+    try:
+        assert len(F.FactStore(None, read_also=str(shipped))) == 1
+    finally:
+        os.chmod(shipped, 0o644)
+    with pytest.raises(ValueError, match="another file than path"):
+        F.FactStore(str(shipped), read_also=str(shipped))
+    with open(shipped, "a") as f:                # a shipped store must be whole (one lib.experiments.store helper)
+        f.write('{"key": 1}\n')
+    with pytest.warns(RuntimeWarning, match="not a record"), pytest.raises(ValueError, match="invalid lines"):
+        F.FactStore(str(local), read_also=str(shipped))
 
 
 def test_capacity_grid_keeps_the_heads_rank_within_d():

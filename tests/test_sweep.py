@@ -16,7 +16,7 @@ import pytest
 
 import lib
 from lib.experiments.store import Store, append_line, point_prefix
-from lib.experiments.sweep import SweepPoint, bootstrap_nstar, grid, sweep, table
+from lib.experiments.sweep import SweepPoint, bootstrap_nstar, grid, recheck, sweep, table
 
 # tiny problems: the trigger out of the value path reaches high accuracy at small N
 BASE = lib.TaskConfig(V=16, d=32, L=4, trigger_in_value=False, device="cpu")
@@ -295,6 +295,26 @@ def test_a_shipped_store_is_read_but_never_written(tmp_path):
                       (str(tmp_path / "cut.jsonl"), "invalid lines"), (cache, "another file")]:
         with pytest.raises(ValueError, match=name):
             Store(cache, read_also=bad)
+
+
+def test_recheck_recomputes_a_stored_searchs_deciding_points(tmp_path):
+    cache = str(tmp_path / "cache.jsonl")
+    first = sweep([BASE], cache=cache, seed=4, **FAST)[0]
+    pairs = recheck(BASE, cache=cache, seed=4, **FAST)
+    deciding = [N for N in (first.nstar, first.last_false) if N is not None]
+    assert len(pairs) == len(deciding) == 2 and n_records(cache) == len(first.points)   # read back, nothing added
+    assert all(a == b for a, b in pairs)                           # this machine: the same numbers
+    found = {q["N"]: q["acc"] for q in first.points}
+    assert [a for a, _ in pairs] == [found[N] for N in deciding]
+    assert pairs[0][0] >= FAST["threshold"] > pairs[1][0]          # N* passes, the last failure does not
+    att = recheck(BASE, cache=cache, seed=4, metric="att_acc", **FAST)
+    assert all(a == b for a, b in att)
+    with pytest.raises(ValueError, match="cfg must be"):
+        recheck("V=16", **FAST)
+    with pytest.raises(ValueError, match="jobs"):
+        recheck(BASE, jobs=2, **FAST)
+    with pytest.raises(ValueError, match="threshold"):
+        recheck(BASE, seeds=3, threshold=2.0)
 
 
 def test_chapter_10s_shipped_store_is_whole_and_current():

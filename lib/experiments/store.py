@@ -232,6 +232,27 @@ def check_store_path(path) -> str | None:
     return path
 
 
+def read_shipped(read_also, path: str | None, shape) -> list[tuple[dict, dict]]:
+    """The records of a read-only store shipped with the book (`read_also`; None: none), for `Store` and
+    `lib.factual.FactStore`: a file that must exist, differ from the writable store `path`, and be whole
+    (every line valid and of the record `shape`); it is only read, so it need not be writable. Anything
+    else raises a ValueError naming read_also."""
+    if read_also is None:
+        return []
+    if not isinstance(read_also, (str, os.PathLike)):
+        raise ValueError(f"read_also must be a file path or None, got {read_also!r}")
+    read_also = os.fspath(read_also)
+    if not os.path.isfile(read_also):
+        raise ValueError(f"read_also: no store at {read_also!r}")
+    if path is not None and os.path.abspath(read_also) == os.path.abspath(path):
+        raise ValueError(f"read_also must be another file than path, got {read_also!r} twice")
+    records, bad = read_records(read_also, shape)
+    if bad:
+        raise ValueError(f"read_also: {read_also!r} has {len(bad)} invalid lines (first: line {bad[0]}); "
+                         "a shipped store must be whole")
+    return records
+
+
 def _point_shape(key: dict, result: dict) -> bool:
     """An evaluated point: a RunResult at the key's N."""
     return set(result) == set(RESULT_FIELDS) and isinstance(key.get("N"), int) and key["N"] == result["N"]
@@ -262,20 +283,8 @@ class Store:
         if _data is not None:
             self.data = _data
             return
-        if read_also is not None:                         # a shipped store: its points are read, never written
-            if not isinstance(read_also, (str, os.PathLike)):
-                raise ValueError(f"read_also must be a file path or None, got {read_also!r}")
-            read_also = os.fspath(read_also)
-            if not os.path.isfile(read_also):
-                raise ValueError(f"read_also: no store at {read_also!r}")
-            if self.path is not None and os.path.abspath(read_also) == os.path.abspath(self.path):
-                raise ValueError(f"read_also must be another file than path, got {read_also!r} twice")
-            records, bad = read_records(read_also, _point_shape)
-            if bad:
-                raise ValueError(f"read_also: {read_also!r} has {len(bad)} invalid lines (first: line {bad[0]}); "
-                                 "a shipped store must be whole")
-            for key, result in records:
-                self._add(key, result)
+        for key, result in read_shipped(read_also, self.path, _point_shape):
+            self._add(key, result)
         if self.path is not None and os.path.exists(self.path):
             self._load()
 

@@ -72,6 +72,7 @@ import numpy as np
 
 from .bootstrap import BOOTSTRAP, _randint, bootstrap_nstar  # noqa: F401  (re-exported from lib.experiments.sweep)
 from .capacity import METRICS, nstar as nstar_search
+from .experiment import run
 from ..core.config import TaskConfig, check_bool, check_float, check_int, check_memory
 from ..learning.evaluate import N_TEST
 from ..core.seed import get_draw, set_draw
@@ -269,6 +270,26 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
             results.close()
         bar.close()
     return out
+
+
+def recheck(cfg: TaskConfig, **search) -> list[tuple[float, float]]:
+    """The two points that decide one search, `sweep([cfg], **search)` (its N* and the largest N that
+    failed), as the sweep finds them (read from `cache` and `read_also` when they hold them) and computed
+    again here by `lib.experiments.experiment.run` with no store: a list of (found, live) values of the
+    search's metric, one pair per deciding point that exists (none when neither does). On the machine that
+    computed the stored points the two agree to the last bit; elsewhere they may differ by rounding, which
+    a caller bounds (chapter 10: the same decision and at most three test samples). `search`: `sweep`'s
+    keyword arguments, checked there; jobs and backends are not needed for one configuration."""
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    for name in ("jobs", "backend", "scheduler", "progress"):
+        if name in search:
+            raise ValueError(f"{name}: recheck runs one search in this process; leave {name} out")
+    sp = sweep([cfg], **search)[0]
+    metric = search.get("metric", "acc")
+    opts = {k: search[k] for k in ("mode", "seeds", "seed", "n_test", "step_sizes", "training") if k in search}
+    return [(next(p[metric] for p in sp.points if p["N"] == N), float(getattr(run(cfg, N, **opts), metric)))
+            for N in (sp.nstar, sp.last_false) if N is not None]
 
 
 def _indexed(i, cfg, store, opts, parent):

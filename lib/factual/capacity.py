@@ -13,12 +13,13 @@ keeps the engine's record format and checksums with these keys.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from ..core.config import check_choice, check_float, check_int
 from ..core.search import threshold_search
 from ..core.seed import get_draw
-from ..experiments.store import BOOK_DATA, append_line, canonical, check_store_path, library_version, read_records, record_text
+from ..experiments.store import (BOOK_DATA, append_line, canonical, check_store_path, library_version, read_records,
+                                 read_shipped, record_text)
 from .models import FactModelConfig, FactTransformer, block_param_counts, param_counts
 from .task import FactTask, _check_task
 from .training import TrainConfig, train
@@ -49,14 +50,11 @@ class FactStore:
         self.path = check_store_path(path)
         self.data: dict[str, dict] = {}
         self.computed = 0                      # points put (trained, not found) since construction
-        if read_also is not None:
-            read_also = check_store_path(read_also)
-            if not os.path.exists(read_also):
-                raise ValueError(f"read_also: no store at {read_also!r}")
-        for source in (read_also, self.path):
-            if source is not None and os.path.exists(source):
-                for key, result in read_records(source, _fact_shape)[0]:
-                    self.data[canonical(key)] = result
+        for key, result in read_shipped(read_also, self.path, _fact_shape):
+            self.data[canonical(key)] = result
+        if self.path is not None and os.path.exists(self.path):
+            for key, result in read_records(self.path, _fact_shape)[0]:
+                self.data[canonical(key)] = result
 
     def get(self, key: dict):
         return self.data.get(canonical(key))
@@ -148,6 +146,41 @@ CAPACITY_GRID = {
     "seeds": (0, 1, 2),
     "train": TrainConfig(steps=1000, batch=256, lr=0.02, log_every=20, n_test=2048, stop_at=0.95),
 }
+
+
+# The MLP's own capacity: the grid's "mlp" model and training with T = 2, so a sequence is (subject,
+# relation) and holds no noise token for the routing head to filter out; widths to unit precision (unit 1)
+# up to 256; the same searches at a second, larger step budget for the sizes in "budget_S". "noise": one
+# trained point of the T = 6 model at S subjects and MLP width `width` with `n_noise` distinct noise tokens
+# instead of S + R (`noise_point`), against the grid's own point there.
+DIRECT_GRID = {"T": 2, "unit": 1, "S": (64, 128, 256, 512, 1024, 2048), "n_max": 256,
+               "budget_steps": 3000, "budget_S": (64, 2048), "noise": {"S": 256, "n_noise": 4, "width": 128}}
+
+
+def direct_search(S: int, seed: int, steps: int | None = None, store: FactStore | None = None,
+                  device: str = "cpu") -> dict:
+    """`smallest_model` for the "mlp" block at one point of DIRECT_GRID: CAPACITY_GRID's task, model family and
+    training with T = 2 and width unit 1 (`steps`: another step budget; None: the grid's 1000)."""
+    g, t = CAPACITY_GRID, DIRECT_GRID
+    task = FactTask(S=check_int("S", S, 1), R=g["R"], D=g["D"], T=t["T"], seed=check_int("seed", seed, 0))
+    train_cfg = g["train"] if steps is None else replace(g["train"], steps=check_int("steps", steps, 1))
+    return smallest_model(task, "mlp", g["threshold"], train_cfg, d=g["d"], d_h=g["d_h"], unit=t["unit"],
+                          n_max=t["n_max"], resolution=g["resolution"], seed=seed, store=store, device=device)
+
+
+def noise_point(S: int, seed: int, n_noise: int | None = None, width: int = 64, store: FactStore | None = None,
+                device: str = "cpu") -> dict:
+    """`trained_point` of CAPACITY_GRID's "mlp" model (T = 6, one routing head) at MLP width `width` (a
+    multiple of the grid's unit) on the grid's task with S subjects and `n_noise` distinct noise tokens
+    (None: S + R, the grid's own point)."""
+    g = CAPACITY_GRID
+    width = check_int("width", width, 1)
+    if width % g["unit"]:
+        raise ValueError(f"width must be a multiple of {g['unit']}, got {width}")
+    task = FactTask(S=check_int("S", S, 1), R=g["R"], D=g["D"], T=g["T"], seed=check_int("seed", seed, 0),
+                    n_noise=n_noise)
+    return trained_point(task, block_config("mlp", width // g["unit"], g["d"], g["d_h"], g["unit"], seed),
+                         g["train"], store, device)
 
 
 def grid_block_params(block: str, n: int) -> int:
