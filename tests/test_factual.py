@@ -264,6 +264,27 @@ def test_capacity_grid_keeps_the_heads_rank_within_d():
         F.grid_search("mlp", 0, 0)
 
 
+def test_direct_grid_searches_the_mlp_with_no_noise_tokens():
+    g, t = F.CAPACITY_GRID, F.DIRECT_GRID
+    assert t["T"] == 2 and len(t["S"]) >= 6 and set(t["budget_S"]) <= set(t["S"]) and t["budget_steps"] > g["train"].steps
+    st = F.FactStore(None, read_also=F.CAPACITY_STORE)
+    r = F.direct_search(t["S"][0], 0, store=st)                 # shipped: read, not trained
+    assert st.computed == 0 and r["n"] is not None and r["block_params"] == 2 * r["n"] * g["d"] + r["n"]
+    for kw, match in ((dict(S=0, seed=0), "S must be"), (dict(S=8, seed=-1), "seed must be"),
+                      (dict(S=8, seed=0, steps=0), "steps must be")):
+        with pytest.raises(ValueError, match=match):
+            F.direct_search(**kw)
+    nz = t["noise"]                                             # the noise check: both points shipped
+    assert F.noise_point(nz["S"], 0, None, nz["width"], store=st) == F.trained_point(
+        F.FactTask(S=nz["S"], R=g["R"], D=g["D"], T=g["T"], seed=0),
+        F.block_config("mlp", nz["width"] // g["unit"], g["d"], g["d_h"], g["unit"], 0), g["train"], st)
+    assert F.noise_point(nz["S"], 0, nz["n_noise"], nz["width"], store=st)["max_acc"] > 0 and st.computed == 0
+    for kw, match in ((dict(S=8, seed=0, width=6), "width must be a multiple"), (dict(S=8, seed=0, n_noise=0), "n_noise must be"),
+                      (dict(S=8, seed=0, width=0), "width must be")):
+        with pytest.raises(ValueError, match=match):
+            F.noise_point(**kw)
+
+
 @pytest.mark.parametrize("make, match", [
     (lambda: F.FactTask(S=0, R=2, D=2), "S must be"),
     (lambda: F.FactTask(S=2, R=2, D=2, T=2, eos=True), "T must be"),

@@ -154,7 +154,7 @@ CAPACITY_GRID = {
 # trained point of the T = 6 model at S subjects and MLP width `width` with `n_noise` distinct noise tokens
 # instead of S + R (`noise_point`), against the grid's own point there.
 DIRECT_GRID = {"T": 2, "unit": 1, "S": (64, 128, 256, 512, 1024, 2048), "n_max": 256,
-               "budget_steps": 3000, "budget_S": (64, 2048), "noise": {"S": 256, "n_noise": 4, "width": 128}}
+               "budget_steps": 3000, "budget_S": (64, 2048), "noise": {"S": 256, "n_noise": 4, "width": 256}}
 
 
 def direct_search(S: int, seed: int, steps: int | None = None, store: FactStore | None = None,
