@@ -66,7 +66,7 @@ def main(argv=None) -> int:
                  for s in G["seeds"]]
     if a.only in ("all", "noise"):
         jobs += [("noise", D["noise"]["S"], s, None, k, a.out, a.device) for k in a.draws for s in G["seeds"]]
-    jobs.sort(key=lambda j: (j[4], -j[1] * 4 ** (j[0] == "direct")))   # draw 0 first; the largest problems first
+    jobs.sort(key=lambda j: (j[4], -j[1]))          # draw 0 first; within a draw, the largest problems first
     t0 = time.perf_counter()
     with mp.get_context("spawn").Pool(a.jobs) as pool:
         for block, S, seed, steps, draw, r, sec in pool.imap_unordered(_job, jobs):

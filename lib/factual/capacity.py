@@ -148,6 +148,13 @@ CAPACITY_GRID = {
 }
 
 
+def _grid_task(S: int, seed: int, T: int | None = None, n_noise: int | None = None) -> FactTask:
+    """CAPACITY_GRID's task with S subjects and this seed (T: another length; n_noise: other noise tokens)."""
+    g = CAPACITY_GRID
+    return FactTask(S=check_int("S", S, 1), R=g["R"], D=g["D"], T=g["T"] if T is None else T,
+                    seed=check_int("seed", seed, 0), n_noise=n_noise)
+
+
 # The MLP's own capacity: the grid's "mlp" model and training with T = 2, so a sequence is (subject,
 # relation) and holds no noise token for the routing head to filter out; widths to unit precision (unit 1)
 # up to 256; the same searches at a second, larger step budget for the sizes in "budget_S". "noise": one
@@ -162,9 +169,8 @@ def direct_search(S: int, seed: int, steps: int | None = None, store: FactStore 
     """`smallest_model` for the "mlp" block at one point of DIRECT_GRID: CAPACITY_GRID's task, model family and
     training with T = 2 and width unit 1 (`steps`: another step budget; None: the grid's 1000)."""
     g, t = CAPACITY_GRID, DIRECT_GRID
-    task = FactTask(S=check_int("S", S, 1), R=g["R"], D=g["D"], T=t["T"], seed=check_int("seed", seed, 0))
     train_cfg = g["train"] if steps is None else replace(g["train"], steps=check_int("steps", steps, 1))
-    return smallest_model(task, "mlp", g["threshold"], train_cfg, d=g["d"], d_h=g["d_h"], unit=t["unit"],
+    return smallest_model(_grid_task(S, seed, T=t["T"]), "mlp", g["threshold"], train_cfg, d=g["d"], d_h=g["d_h"], unit=t["unit"],
                           n_max=t["n_max"], resolution=g["resolution"], seed=seed, store=store, device=device)
 
 
@@ -177,9 +183,7 @@ def noise_point(S: int, seed: int, n_noise: int | None = None, width: int = 64, 
     width = check_int("width", width, 1)
     if width % g["unit"]:
         raise ValueError(f"width must be a multiple of {g['unit']}, got {width}")
-    task = FactTask(S=check_int("S", S, 1), R=g["R"], D=g["D"], T=g["T"], seed=check_int("seed", seed, 0),
-                    n_noise=n_noise)
-    return trained_point(task, block_config("mlp", width // g["unit"], g["d"], g["d_h"], g["unit"], seed),
+    return trained_point(_grid_task(S, seed, n_noise=n_noise), block_config("mlp", width // g["unit"], g["d"], g["d_h"], g["unit"], seed),
                          g["train"], store, device)
 
 
@@ -195,6 +199,5 @@ def grid_search(block: str, S: int, seed: int, store: FactStore | None = None, d
     model family and n_max, the grid's training; the result of `smallest_model`."""
     check_choice("block", block, BLOCKS)
     g = CAPACITY_GRID
-    task = FactTask(S=check_int("S", S, 1), R=g["R"], D=g["D"], T=g["T"], seed=check_int("seed", seed, 0))
-    return smallest_model(task, block, g["threshold"], g["train"], d=g["d"], d_h=g["d_h"], unit=g["unit"],
+    return smallest_model(_grid_task(S, seed), block, g["threshold"], g["train"], d=g["d"], d_h=g["d_h"], unit=g["unit"],
                           n_max=g["n_max"][block], resolution=g["resolution"], seed=seed, store=store, device=device)
