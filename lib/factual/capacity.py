@@ -44,7 +44,8 @@ class FactStore:
     appender of lib.experiments.store (`record_text`, `read_records`, `append_line`: one checksummed line per
     point, appended under flock and fsynced; invalid or cut lines reported and retrained).
     `path=None`: memory only. `read_also`: another store's file whose points are read too but never
-    written (a store shipped with the book): new points go to `path` only."""
+    written (a store shipped with the book, read by lib.experiments.store.read_shipped: it must be whole,
+    and need not be writable): new points go to `path` only."""
 
     def __init__(self, path: str | None = None, read_also: str | None = None):
         self.path = check_store_path(path)
