@@ -1,7 +1,8 @@
 """Chapter 7's calibrated attention law (lib.theory.ch07_law): the fit recovers known constants, the
 shipped constants are what the calibration script computes from the shipped grid, the split is a
 checkerboard that puts every V, trigger setting and threshold on both sides, stored grid points are
-reproduced by the search they came from, and capacity_law's default is the calibrated law."""
+reproduced by the search they came from, and capacity_law's default is chapter 7's derived requirement
+(lib.theory.ch07_derived), with the trigger in the value path as the model's default."""
 import math
 
 import numpy as np
@@ -97,15 +98,25 @@ def _recompute(cheap, cal, s):
             assert got == pytest.approx(p["nstar"][i], rel=2 * s["resolution"], abs=2), (p, i, got)
 
 
-def test_capacity_law_default_is_the_calibrated_law():
-    for V, d, L, s2 in ((256, 128, 64, 0.0), (512, 256, 128, 1.0)):
+def test_capacity_law_default_is_the_derived_requirement():
+    from lib.theory import derived_attention_nstar, derived_range
+    for V, d, L, s2 in ((256, 128, 64, 0.0), (512, 256, 128, 1.0), (1024, 192, 192, 1.0)):
         law = capacity_law(V, d, L, s2)
-        assert law["att"] == attention_law(V, d, L, 0.99, trigger_in_value=s2 > 0)
-        assert law["in_range"] and law_range(V, d, L, 0.99, s2 > 0)
+        assert law["att"] == derived_attention_nstar(V, d, L, 0.99, s2 > 0)
+        assert law["in_range"] == derived_range(V, d, L, 0.99, s2)
         assert law["law"] == max(law["mem"], law["att"])
+    assert capacity_law(512, 256, 128) == capacity_law(512, 256, 128, 1.0)      # the default: trigger in, as the model's
     derived = capacity_law(32, 128, 64, c_noise=1.0)
     assert derived["att"] == attention_nstar(32, 128, 64, 0.99, 1.0) and not derived["in_range"]
+    # in_range only where chapter 7 checked: the box, s2 in {0, 1}, away from the wall, N_att >= 128
+    assert capacity_law(256, 32, 128, 1.0)["in_range"] and capacity_law(256, 32, 128, 0.0)["in_range"]
+    assert not capacity_law(256, 32, 128, 0.01)["in_range"]                     # a trigger scale never checked
+    assert not capacity_law(256, 32, 128, 0.99 ** 2)["in_range"]
+    assert not capacity_law(32, 16, 128, 0.0)["in_range"] and not capacity_law(256, 16, 64, 0.0)["in_range"]
+    assert not capacity_law(256, 64, 8, 1.0)["in_range"]                        # N_att below 128
+    rs2 = critical_snr(256, 0.99) ** 2
+    d_near = int(rs2 * 1.05)                                                    # the ceiling within reach of 0.99
+    assert math.isfinite(capacity_law(512, d_near, 256, 0.0)["att"]) and not capacity_law(512, d_near, 256, 0.0)["in_range"]
     assert not law_range(32, 128, 64) and not law_range(256, 512, 64) and not law_range(256, 128, 512)
-    assert not law_range(512, 256, 32, 0.99, True)               # the law says a dozen samples: below MIN_N
+    assert not law_range(512, 256, 32, 0.99, True)               # the calibrated law says a dozen samples: below MIN_N
     assert attention_law(64, 16, 128, 0.9) > 2 ** 18 and not law_range(64, 16, 128, 0.9)   # beyond the grid's largest N
-    assert not capacity_law(512, 256, 32, 1.0)["in_range"]

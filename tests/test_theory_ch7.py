@@ -37,14 +37,14 @@ def test_attention_fails_at_any_n_below_the_population_wall():
 
 
 def test_capacity_law_is_the_larger_requirement_and_names_it():
-    att = capacity_law(32, 64, 256)               # long sequences: attention binds
+    att = capacity_law(128, 128, 256, 0.0)        # long sequences: attention binds
     assert att["law"] == max(att["mem"], att["att"]) and att["bottleneck"] == "attention"
-    mem = capacity_law(64, 128, 16)               # short sequences: the memory binds
+    mem = capacity_law(64, 128, 16, 0.0)          # short sequences: the memory binds
     assert mem["law"] == mem["mem"] == refined_memory_nstar(64, 128, 0.0) and mem["bottleneck"] == "memory"
 
 
 def test_capacity_law_is_infinite_past_the_memory_wall_and_with_a_low_plateau():
-    wall = capacity_law(128, 32, 16)              # 128 facts do not fit a one-step memory in d = 32
+    wall = capacity_law(128, 32, 16, 0.0)         # 128 facts do not fit a one-step memory in d = 32
     assert math.isinf(wall["law"]) and wall["bottleneck"] == "none"
     assert math.isinf(capacity_law(64, 64, 16, s2=1.0)["law"])     # trigger in value path: plateau < 0.99
     assert math.isfinite(capacity_law(64, 128, 16, s2=1.0)["law"])

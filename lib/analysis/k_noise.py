@@ -30,6 +30,7 @@ k_noise_moments      the moments Q[psi], Q[K] + Q[K, K^swap], Q[s], Q[psi, s] fo
 k_noise_variance     E Q(dk, dk) at N from those moments (both forms)
 excess_noise_mean    X of E[k | N] alone (the self-term's noise, chapter 5's B/(N+beta)^2, exactly)
 fluctuation_coefficients  (F1, F2): N^2 Var = F1 N + F2 + O(1/N)
+mean_coefficients    (C1, C0): the mean's excess noise X_mean(N) = (C1 N + C0) / (N + beta)^2, exactly
 batch_check          the token-score noise over simulated batches against the formula (chapter 5's check)
 """
 
@@ -40,7 +41,7 @@ import torch
 from ..core.config import check_int
 from ..core.embeddings import Problem
 from ..core.task import Batch, check_batch, sample_batch
-from .margins import _check_population, k_mean, k_population, k_self_term, score_stats
+from .margins import _check_population, _values, k_mean, k_population, k_self_term, score_stats
 
 FORMS = ("trigger", "perp")
 
@@ -62,15 +63,21 @@ def k_trigger_factor(problem: Problem, N: int) -> float:
 
 
 def _sample_parts(problem: Problem, b: Batch):
-    """(h, obar, a) for the samples of b: keys (B, L, d), uniform averages (B, d), a_{x*} (B, d)."""
-    h = problem.E[b.tokens.long()]
+    """(h, v, obar, a) for the samples of b: keys (B, L, d), values (B, L, d: the keys, or the keys
+    without z_trig when the trigger is out of the value path), uniform averages of the values (B, d),
+    a_{x*} (B, d)."""
+    v = problem.E[b.tokens.long()]
+    h = v.clone()
     h[torch.arange(b.N), b.pos] += problem.z_trig
-    return h, h.mean(1), (problem.U_perm - problem.u_bar)[b.informative]
+    if problem.cfg.trigger_in_value:
+        v = h
+    return h, v, v.mean(1), (problem.U_perm - problem.u_bar)[b.informative]
 
 
-def _cov_apply(h: torch.Tensor, ob: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """C_x v for each sample: (1/L) sum_t h_t (h_t . v) - obar (obar . v)."""
-    return (h * (h @ v[:, :, None])).mean(1) - ob * (ob * v).sum(1, keepdim=True)
+def _cov_apply(h: torch.Tensor, v: torch.Tensor, ob: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """C_x x for each sample: (1/L) sum_t h_t (v_t . x) - hbar (obar . x), C the within-sequence
+    covariance of keys h and values v (obar the values' average)."""
+    return (h * (v @ x[:, :, None])).mean(1) - h.mean(1) * (ob * x).sum(1, keepdim=True)
 
 
 def first_projection(problem: Problem, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,18 +87,20 @@ def first_projection(problem: Problem, b: Batch) -> tuple[torch.Tensor, torch.Te
     V, L = problem.cfg.V, problem.cfg.L
     E, z = problem.E, problem.z_trig
     A = problem.U_perm - problem.u_bar
-    H = E + z
+    H = _values(problem)
     eb = E.mean(0)
-    h, ob, a = _sample_parts(problem, b)
+    h, v, ob, a = _sample_parts(problem, b)
     y = b.informative
     w = (A @ (A.T @ H / (L * V)))[y]                                 # w_{x*} = G1_inf^T a_{x*}
-    g = _cov_apply(h, ob, w)
+    g = _cov_apply(h, v, ob, w)
     c = (A @ A.T)[:, y].T                                            # (B, V): a_i . a_{x*}
-    Hob = ob @ H.T                                                   # (B, V): h_i . obar
+    Hob = ob @ H.T                                                   # (B, V): v_i . obar
     # M_j obar with E[C | i] of margins.k_population; its S and ebar ebar^T parts vanish as sum_i a_i = 0
     gp = (L - 1) / (L ** 2 * V) * ((c * Hob) @ H - (c @ H) * (ob @ eb)[:, None]
                                    - eb[None, :] * (c * Hob).sum(1, keepdim=True))
-    s = (a * a).sum(1, keepdim=True) * _cov_apply(h, ob, ob)
+    if not problem.cfg.trigger_in_value:                             # the keys' z_trig (e_i - ebar)^T part
+        gp = gp + (L - 1) / (L ** 2 * V) * (c * (ob @ E.T)).sum(1, keepdim=True) * z
+    s = (a * a).sum(1, keepdim=True) * _cov_apply(h, v, ob, ob)
     return g + gp, s
 
 
@@ -102,10 +111,10 @@ def pair_kernel(problem: Problem, b1: Batch, b2: Batch) -> tuple[torch.Tensor, t
     check_batch(problem, b2)
     if b1.N != b2.N:
         raise ValueError(f"b2 must have as many samples as b1 ({b1.N}), got {b2.N}")
-    h1, o1, a1 = _sample_parts(problem, b1)
-    h2, o2, a2 = _sample_parts(problem, b2)
+    h1, v1, o1, a1 = _sample_parts(problem, b1)
+    h2, v2, o2, a2 = _sample_parts(problem, b2)
     aa = (a1 * a2).sum(1, keepdim=True)
-    return aa * _cov_apply(h1, o1, o2), aa * _cov_apply(h2, o2, o1)
+    return aa * _cov_apply(h1, v1, o1, o2), aa * _cov_apply(h2, v2, o2, o1)
 
 
 def _forms(problem: Problem):
@@ -171,6 +180,23 @@ def excess_noise_mean(problem: Problem, N: int) -> float:
     zz = float(problem.z_trig @ problem.z_trig)
     r_inf = score_stats(problem, k_population(problem))["r"]
     return zz * (1 / score_stats(problem, k_mean(problem, N))["r"] ** 2 - 1 / r_inf ** 2)
+
+
+def mean_coefficients(problem: Problem) -> tuple[float, float]:
+    """(C1, C0) with X_mean(N) = excess_noise_mean(problem, N) = (C1 N + C0) / (N + beta)^2 exactly
+    (beta = k_self_beta). With Delta = D - k_inf (E[k | N] = k_inf + Delta / N), s^2 = Var_j(e_j . k_inf),
+    c = Cov_j(e_j . k_inf, e_j . Delta), v = Var_j(e_j . Delta) and mu = z . k_inf:
+    C1 = |z|^2 (2c - 2 s^2 beta) / mu^2 and C0 = |z|^2 (v - s^2 beta^2) / mu^2 (units of excess_noise)."""
+    _check_population(problem, "mean_coefficients")
+    k_inf = k_population(problem)
+    delta = k_self_term(problem) - k_inf
+    E, z = problem.E[: problem.cfg.V], problem.z_trig
+    a, b = E @ k_inf, E @ delta
+    a, b = a - a.mean(), b - b.mean()
+    s2, c, v = float((a * a).mean()), float((a * b).mean()), float((b * b).mean())
+    mu, zz = float(z @ k_inf), float(z @ z)
+    beta = float(z @ delta) / mu
+    return zz * (2 * c - 2 * s2 * beta) / mu ** 2, zz * (v - s2 * beta ** 2) / mu ** 2
 
 
 def fluctuation_coefficients(moments: dict, form: str = "perp") -> tuple[float, float]:

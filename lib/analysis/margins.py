@@ -91,50 +91,67 @@ def score_stats(problem: Problem, k: torch.Tensor) -> dict:
 def k_population(problem: Problem) -> torch.Tensor:
     """E[k] as N -> infinity for the attention-only model, limit mode (the book's derivation, chapter 5).
 
-    With a_i = u_{Pi* i} - u_bar and h_i = e_i + z_trig, the batch average G1 tends to
-    G1_inf = (1/(L V)) sum_i a_i h_i^T and k = (1/N) sum_n C_n G1^T a_{x*_n} (C_n the within-sequence
-    covariance) to (1/V) sum_i E[C | i] w_i with w_i = G1_inf^T a_i and
-      E[C | i] = (L-1)/L^2 [h_i h_i^T - h_i ebar^T - ebar h_i^T - (L-2) ebar ebar^T] + (L-1)^2/L^2 S,
-    S = (1/V) sum_j e_j e_j^T, ebar = (1/V) sum_j e_j. Since sum_i a_i = 0, sum_i w_i = 0 and the S and
-    ebar ebar^T parts drop out. Defaults only: shared vocabulary, trigger in the value path, no EOS key.
+    With a_i = u_{Pi* i} - u_bar, keys h_i = e_i + z_trig and values v_i (= h_i with the trigger in the
+    value path, = e_i without), the batch average G1 tends to G1_inf = (1/(L V)) sum_i a_i v_i^T and
+    k = (1/N) sum_n C_n G1^T a_{x*_n} (C_n = (1/L) sum_t h_t v_t^T - hbar vbar^T, the within-sequence
+    covariance of keys and values) to (1/V) sum_i E[C | i] w_i with w_i = G1_inf^T a_i and
+      E[C | i] = (L-1)/L^2 [v_i v_i^T - v_i ebar^T - ebar v_i^T - (L-2) ebar ebar^T] + (L-1)^2/L^2 S
+                 + (L-1)/L^2 (h_i - v_i)(e_i - ebar)^T,
+    S = (1/V) sum_j e_j e_j^T, ebar = (1/V) sum_j e_j; the last term is z_trig (e_i - ebar)^T (L-1)/L^2
+    without the trigger in the value path and 0 with it. Since sum_i a_i = 0, sum_i w_i = 0 and the S and
+    ebar ebar^T parts drop out. Shared vocabulary, no EOS key; the trigger in or out of the value path.
     """
     _check_population(problem, "k_population")
     V, L = problem.cfg.V, problem.cfg.L
     E, z = problem.E, problem.z_trig
     a = problem.U_perm - problem.u_bar                               # (V, d)
-    H = E + z                                                        # (V, d): h_i
+    H = _values(problem)                                             # (V, d): v_i
     W = a @ (a.T @ H / (L * V))                                      # (V, d): rows w_i
     ebar = E.mean(0)
-    hw = (H * W).sum(1)                                              # (V,): h_i . w_i
-    return (L - 1) / L ** 2 * (H.T @ hw - H.T @ (W @ ebar) - ebar * hw.sum()) / V
+    hw = (H * W).sum(1)                                              # (V,): v_i . w_i
+    k = (L - 1) / L ** 2 * (H.T @ hw - H.T @ (W @ ebar) - ebar * hw.sum()) / V
+    if not problem.cfg.trigger_in_value:                             # keys differ from values by z at l
+        k = k + (L - 1) / (L ** 2 * V) * float((E * W).sum()) * z
+    return k
+
+
+def _values(problem: Problem) -> torch.Tensor:
+    """(V, d) the value vector of each token when it is the informative one: e_i + z_trig with the
+    trigger in the value path, e_i without."""
+    E = problem.E[: problem.cfg.V]
+    return E + problem.z_trig if problem.cfg.trigger_in_value else E
 
 
 def _check_population(problem: Problem, name: str):
     check_problem(problem)
     cfg = problem.cfg
-    if cfg.model != "attn" or cfg.noise_vocab or not cfg.trigger_in_value or cfg.eos_key:
-        raise ValueError(f"{name} needs model='attn', no noise_vocab, trigger_in_value=True, eos_key=False")
+    if cfg.model != "attn" or cfg.noise_vocab or cfg.eos_key:
+        raise ValueError(f"{name} needs model='attn', no noise_vocab, eos_key=False")
 
 
 def k_self_term(problem: Problem) -> torch.Tensor:
     """D = (1/V) sum_i |a_i|^2 E[C o_bar | i]: the mean of one sample's pairing with itself in
     k = (1/N^2) sum_{n,m} (a_n . a_m) C_n o_bar_m (the book's derivation, chapter 5), exactly.
 
-    With h = e_i + z_trig, the m = L - 1 other tokens i.i.d. uniform, s = L o_bar = h + X:
-      E[(1/L) sum_t h_t (h_t . o_bar)] = [h|h|^2 + m h (h.ebar) + m S h + m T + m(m-1) S ebar] / L^2,
-      E[s |s|^2] = h|h|^2 + 2m h(h.ebar) + h(m tr S + m(m-1)|ebar|^2) + m ebar |h|^2 + 2m S h
-                   + 2m(m-1) ebar (ebar.h) + m T + 2m(m-1) S ebar + m(m-1) ebar tr S
+    With v = v_i the informative value (e_i + z_trig, or e_i without the trigger in the value path), the
+    m = L - 1 other tokens i.i.d. uniform, s = L o_bar = v + X:
+      E[(1/L) sum_t v_t (v_t . o_bar)] = [v|v|^2 + m v (v.ebar) + m S v + m T + m(m-1) S ebar] / L^2,
+      E[s |s|^2] = v|v|^2 + 2m v(v.ebar) + v(m tr S + m(m-1)|ebar|^2) + m ebar |v|^2 + 2m S v
+                   + 2m(m-1) ebar (ebar.v) + m T + 2m(m-1) S ebar + m(m-1) ebar tr S
                    + m(m-1)(m-2) ebar |ebar|^2,
-    and E[C o_bar | i] = first - E[s|s|^2] / L^3; S = (1/V) sum_j e_j e_j^T, ebar = mean e_j,
-    T = (1/V) sum_j e_j |e_j|^2 (the third moment of a uniform token). Defaults only, as k_population.
+    and E[C_vv o_bar | i] = first - E[s|s|^2] / L^3; S = (1/V) sum_j e_j e_j^T, ebar = mean e_j,
+    T = (1/V) sum_j e_j |e_j|^2 (the third moment of a uniform token). Without the trigger in the value
+    path the keys add (z_trig / L)(e_i - o_bar) . o_bar, whose mean is
+      (z_trig / L) [(|e_i|^2 + m e_i.ebar) / L - (|e_i|^2 + 2m e_i.ebar + m tr S + m(m-1)|ebar|^2) / L^2].
+    Shared vocabulary, no EOS key, as k_population.
     """
     _check_population(problem, "k_self_term")
     L = problem.cfg.L
     m = L - 1
-    E, z = problem.E, problem.z_trig
+    E, z = problem.E[: problem.cfg.V], problem.z_trig
     A = problem.U_perm - problem.u_bar
     alpha = A.pow(2).sum(1)                                          # (V,) |a_i|^2
-    H = E + z                                                        # (V, d) rows h_i
+    H = _values(problem)                                             # (V, d) rows v_i
     eb = E.mean(0)
     S = E.T @ E / E.shape[0]
     T = (E * E.pow(2).sum(1, keepdim=True)).mean(0)
@@ -142,16 +159,21 @@ def k_self_term(problem: Problem) -> torch.Tensor:
     Seb = S @ eb
     hh, heb = H.pow(2).sum(1), H @ eb                                # (V,)
     w = alpha / alpha.numel()                                        # weights |a_i|^2 / V
-    wh = w @ H                                                       # sum_i w_i h_i
-    whh = (w * hh) @ H                                               # sum_i w_i h_i |h_i|^2
-    wheb = (w * heb) @ H                                             # sum_i w_i h_i (h_i . ebar)
+    wh = w @ H                                                       # sum_i w_i v_i
+    whh = (w * hh) @ H                                               # sum_i w_i v_i |v_i|^2
+    wheb = (w * heb) @ H                                             # sum_i w_i v_i (v_i . ebar)
     Swh = S @ wh
     W, Whh, Wheb = float(w.sum()), float(w @ hh), float(w @ heb)
     first = (whh + m * wheb + m * Swh + W * (m * T + m * (m - 1) * Seb)) / L ** 2
     cube = (whh + 2 * m * wheb + wh * (m * trS + m * (m - 1) * ebeb) + m * eb * Whh + 2 * m * Swh
             + 2 * m * (m - 1) * eb * Wheb
             + W * (m * T + 2 * m * (m - 1) * Seb + m * (m - 1) * eb * trS + m * (m - 1) * (m - 2) * eb * ebeb))
-    return first - cube / L ** 3
+    D = first - cube / L ** 3
+    if not problem.cfg.trigger_in_value:
+        ee, eeb = E.pow(2).sum(1), E @ eb
+        extra = (ee + m * eeb) / L - (ee + 2 * m * eeb + m * trS + m * (m - 1) * ebeb) / L ** 2
+        D = D + float(w @ extra) / L * z
+    return D
 
 
 def k_mean(problem: Problem, N: int) -> torch.Tensor:

@@ -8,10 +8,12 @@ every name is re-exported here, so `lib.theory.capacity_law` and `from lib.theor
   ch05_attention_step  step 2: the attention direction, its signal-to-noise ratio and N             [5]
   ch06_refined_memory  step 3: the refined memory's moments, accuracy and N*; orthogonal recall      [6]
   ch07_law             the attention law calibrated at d < V (constants in capacity_calibration.json) [7]
-  ch07_capacity        the capacity law N* ~ max(N_mem, N_att) (from ch05, ch06 and ch07_law)         [7]
+  ch07_derived         the attention requirement derived from k's moments (attention_moments.json)  [7]
+  ch07_capacity        the capacity law N* ~ max(N_mem, N_att) (from ch05, ch06 and ch07_derived)   [7]
   ch08_kernels         Hermite coefficients, the MLP kernel, random-feature variances                [8]
   ch08_mlp_memory      the MLP memory's signal and noise terms, predicted accuracy, capacity, width, N* [8]
-Within the package, ch07_capacity imports ch05_attention_step, ch06_refined_memory and ch07_law, and
+Within the package, ch07_capacity imports ch05_attention_step, ch06_refined_memory, ch07_derived and
+ch07_law, ch07_derived imports ch04_value_step, ch05_attention_step and fits, and
 ch08_mlp_memory imports ch08_kernels; no module imports one that imports it back.
 """
 
@@ -31,7 +33,9 @@ from .ch05_attention_step import (_normal_cdf, attention_snr, attention_snr_fluc
                                   trigger_score_scale, trigger_self_bias)
 from .ch06_refined_memory import (orthogonal_recall, refined_memory_accuracy, refined_memory_moments,
                                   refined_memory_nstar)
-from .ch07_capacity import attention_nstar, capacity_law
+from .ch07_derived import (derived_attention_accuracy, derived_attention_nstar, derived_terms, fit_moment_laws,
+                           moment_table)
+from .ch07_capacity import CHECKED, attention_nstar, capacity_law, derived_range
 from .ch07_law import attention_law, calibration, fit_law, law_features, law_range, law_value
 from .ch08_kernels import (hermite_coefficients, mlp_kernel, mlp_kernel_crosstalk, mlp_rf_common,
                            mlp_rf_variance, shifted_kernel_coefficients, sphere_cosine_nodes)
