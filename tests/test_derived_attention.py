@@ -121,3 +121,35 @@ def test_moment_prediction_follows_the_exact_curve():
         pr = ac.moment_curves(cfg, Ns, [7, 8], samples=4000)
         assert np.abs(ex.mean(0) - pr.mean(0)).max() < 0.2, (trig, ex.mean(0), pr.mean(0))
         assert ex[:, -1].min() > 0.97 and pr[:, -1].min() > 0.97
+
+
+def _grid_script():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "attention_curve_grid.py"
+    spec = importlib.util.spec_from_file_location("attention_curve_grid", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_shipped_curves_are_what_the_code_computes():
+    # a shipped curve recomputed with today's lib: a change to the three steps or the accuracy shows here
+    grid = _grid_script()
+    for part, key, seed in (("slice", (256, 32, 8, True), 0), ("off", (384, 72, 12, False), 101)):
+        e = ac.shipped_curves(part)[key]
+        i = e["seeds"].index(seed)
+        again = ac.exact_curves(lib.TaskConfig(V=key[0], d=key[1], L=key[2], trigger_in_value=key[3]), e["Ns"], [seed])[0]
+        assert e["Ns"] == grid.NS
+        assert np.abs(again - e["acc"][i]).max() < 2e-6, (part, key)
+    with pytest.raises(ValueError, match="part"):
+        ac.shipped_curves("nope")
+
+
+def test_the_shipped_grids_are_whole():
+    grid = _grid_script()
+    for part in ac.CURVE_PARTS:
+        cur = ac.shipped_curves(part)
+        want = {(V, d, L, trig) for V, d, L, trig, s in grid.jobs(part)}
+        assert set(cur) == want, part
+        assert all(len(e["seeds"]) == len(grid.PARTS[part]["seeds"]) for e in cur.values()), part

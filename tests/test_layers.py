@@ -103,3 +103,15 @@ def test_cited_test_files_exist():
     root = LIB.parent
     cited = {ref for p in LIB.rglob("*.py") for ref in re.findall(r"tests/[\w/]+\.py", p.read_text())}
     assert cited and all((root / ref).exists() for ref in cited), sorted(r for r in cited if not (root / r).exists())
+
+
+def test_one_version_number():
+    # pyproject.toml takes the version from lib.__version__ (no second literal to drift), and the
+    # installed distribution reports it
+    import importlib.metadata
+    import tomllib
+    with open(LIB.parent / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "lib.__version__"}
+    assert importlib.metadata.version("recall-lib") == lib.__version__

@@ -90,9 +90,11 @@ def test_self_term_equals_a_direct_average_over_samples():
     assert float(((mc - D).abs() / se).max()) < 4.5
 
 
-def test_mean_k_over_batches_is_k_mean():
-    """E[k | problem, N] = (1 - 1/N) k_population + D / N: average of three_steps' k over many batches."""
-    problem = lib.make_problem(small_cfg(V=24, d=12, L=5), 1)
+@pytest.mark.parametrize("trig", [True, False])
+def test_mean_k_over_batches_is_k_mean(trig):
+    """E[k | problem, N] = (1 - 1/N) k_population + D / N: average of three_steps' k over many batches,
+    with the trigger in the value path and out of it (keys and values then differ by z at the marked position)."""
+    problem = lib.make_problem(small_cfg(V=24, d=12, L=5, trigger_in_value=trig), 1)
     N = 3
     ks = torch.stack([lib.three_steps(problem, lib.sample_batch(problem, N, s), "limit").k for s in range(3000)])
     se = ks.std(0) / ks.shape[0] ** 0.5

@@ -162,3 +162,20 @@ def shipped_curves(part: str) -> dict:
         e["seeds"] = [e["seeds"][i] for i in order]
         e["acc"] = np.array(e["acc"], float)[order]
     return out
+
+
+def shipped_requirements(thresholds=(0.9, 0.99)) -> list:
+    """One dict per shipped (part, V, d, L, trigger setting, threshold): the requirement of the mean
+    curve ("req", with its interval "lo", "hi") and the geometric mean of the problems' first passages
+    ("fp_gm", inf when a problem never passes)."""
+    thresholds = [check_float("thresholds", t, 0.0, 1.0, strict_min=True) for t in thresholds]
+    rows = []
+    for part in CURVE_PARTS:
+        for (V, d, L, trig), e in sorted(shipped_curves(part).items()):
+            for t in thresholds:
+                req = requirement(e["acc"], e["Ns"], t)
+                fp = first_passage(e["acc"], e["Ns"], t)
+                rows.append({"part": part, "V": V, "d": d, "L": L, "trig": trig, "t": t, "req": req["nstar"],
+                             "lo": req["lo"], "hi": req["hi"],
+                             "fp_gm": float(np.exp(np.log(fp).mean())) if np.isfinite(fp).all() else math.inf})
+    return rows
