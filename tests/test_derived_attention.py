@@ -153,3 +153,14 @@ def test_the_shipped_grids_are_whole():
         want = {(V, d, L, trig) for V, d, L, trig, s in grid.jobs(part)}
         assert set(cur) == want, part
         assert all(len(e["seeds"]) == len(grid.PARTS[part]["seeds"]) for e in cur.values()), part
+
+
+def test_shipped_requirements_with_predictions():
+    rows = ac.with_predictions([r for r in ac.shipped_requirements((0.99,)) if r["part"] == "off"][:3])
+    assert len(rows) == 3
+    for r in rows:
+        args = (r["V"], r["d"], r["L"], 0.99)
+        assert r["der"] == theory.derived_attention_nstar(*args, r["trig"])
+        assert r["inside"] == theory.derived_range(*args, float(r["trig"]))
+        assert r["cal"] == theory.attention_law(*args, r["trig"])
+        assert r["lo"] <= r["req"] <= r["hi"] and r["fp_gm"] > 0

@@ -16,6 +16,8 @@ curve is not monotone in N. So the chapter's requirement is read off the *mean* 
                     with the N from which the upper and the lower end of its 95 % t-interval stay there
   first_passage     per problem: the first grid N at which its own accuracy reaches the threshold
   shipped_curves    the exact curves shipped with the book for chapter 7 (book/data/ch07_curves_*.jsonl)
+  shipped_requirements  their requirements and first passages, one row per configuration and threshold
+  with_predictions  those rows with the derived formula, its range and the calibrated law beside them
 """
 
 from __future__ import annotations
@@ -83,9 +85,11 @@ def moment_curves(cfg: TaskConfig, Ns, seeds, samples: int = 8000) -> np.ndarray
         beta = k_noise.k_self_beta(pr)
         mom = k_noise.k_noise_moments(pr, samples=samples, seed=s)
         for j, N in enumerate(Ns):
-            factor = (1 + beta / N) ** 2
-            X = k_noise.excess_noise_mean(pr, N) + k_noise.k_noise_variance(mom, N)["perp"] / max(factor, 1e-300)
-            r = 1.0 / math.sqrt(1.0 / r_inf ** 2 + X / zz) if factor > 1e-12 else 0.0
+            factor = (1 + beta / N) ** 2                             # the trigger's bonus, squared
+            r = 0.0                                                  # no bonus: no signal
+            if factor > 1e-12:
+                X = k_noise.excess_noise_mean(pr, N) + k_noise.k_noise_variance(mom, N)["perp"] / factor
+                r = 1.0 / math.sqrt(1.0 / r_inf ** 2 + X / zz)
             out[i, j] = theory.gaussian_attention_accuracy(r, cfg.L)
     return out
 
@@ -102,9 +106,8 @@ def _crossing(mean: np.ndarray, Ns: list, i: int, threshold: float) -> float:
     """log-linear interpolation of where `mean` crosses `threshold` between grid points i - 1 and i."""
     if i == 0:
         return float(Ns[0])
-    a, b = mean[i - 1], mean[i]
-    w = (threshold - a) / (b - a) if b > a else 1.0
-    w = min(max(w, 0.0), 1.0)
+    a, b = mean[i - 1], mean[i]                                      # a < threshold <= b
+    w = min(max((threshold - a) / (b - a), 0.0), 1.0)
     return float(math.exp(math.log(Ns[i - 1]) + w * (math.log(Ns[i]) - math.log(Ns[i - 1]))))
 
 
@@ -178,4 +181,16 @@ def shipped_requirements(thresholds=(0.9, 0.99)) -> list:
                 rows.append({"part": part, "V": V, "d": d, "L": L, "trig": trig, "t": t, "req": req["nstar"],
                              "lo": req["lo"], "hi": req["hi"],
                              "fp_gm": float(np.exp(np.log(fp).mean())) if np.isfinite(fp).all() else math.inf})
+    return rows
+
+
+def with_predictions(rows: list) -> list:
+    """`shipped_requirements`' rows, each updated in place (and returned) with the derived requirement
+    ("der", `theory.derived_attention_nstar`), whether the point is in its range ("inside",
+    `theory.derived_range`) and the calibrated law ("cal", `theory.attention_law`)."""
+    for r in rows:
+        args = (r["V"], r["d"], r["L"], r["t"])
+        r.update(der=theory.derived_attention_nstar(*args, r["trig"]),
+                 inside=theory.derived_range(*args, float(r["trig"])),
+                 cal=theory.attention_law(*args, r["trig"]))
     return rows

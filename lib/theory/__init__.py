@@ -13,7 +13,7 @@ every name is re-exported here, so `lib.theory.capacity_law` and `from lib.theor
   ch08_kernels         Hermite coefficients, the MLP kernel, random-feature variances                [8]
   ch08_mlp_memory      the MLP memory's signal and noise terms, predicted accuracy, capacity, width, N* [8]
 Within the package, ch07_capacity imports ch05_attention_step, ch06_refined_memory, ch07_derived and
-ch07_law, ch07_derived imports ch04_value_step, ch05_attention_step and fits, and
+ch07_law, ch07_derived imports ch04_value_step, ch05_attention_step, ch07_law and fits, and
 ch08_mlp_memory imports ch08_kernels; no module imports one that imports it back.
 """
 

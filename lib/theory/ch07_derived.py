@@ -44,8 +44,9 @@ import os
 import numpy as np
 
 from ..core.config import check_bool, check_float, check_int
-from .ch05_attention_step import critical_snr, gaussian_attention_accuracy, imbalance_noise
+from .ch05_attention_step import gaussian_attention_accuracy, imbalance_noise
 from .ch04_value_step import trigger_self_bias
+from .ch07_law import rstar_cached
 from .fits import t_quantile
 
 MOMENTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_moments.json")
@@ -176,7 +177,7 @@ def derived_attention_nstar(V: int, d: int, L: int, threshold: float = 0.99, tri
     if threshold >= 1.0:
         raise ValueError(f"threshold must be below 1, got {threshold!r}")
     t = derived_terms(V, d, L, trig)
-    q = 1.0 / critical_snr(L, threshold) ** 2 - 1.0 / t["r_inf2"]
+    q = 1.0 / rstar_cached(L, threshold) ** 2 - 1.0 / t["r_inf2"]
     if q <= 0:
         return math.inf
     disc = t["F1"] ** 2 + 4 * q * (t["G"] - t["F1"] * t["beta"])
