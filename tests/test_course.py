@@ -345,6 +345,7 @@ DERIVATIONS = {
     "ex-lb-errors": [("table_bits", (30, 4, 3)), ("table_bits", (200, 8, 20))],
     "ex-lb-bayes": [("best_exact", (27, 32)), ("expected_exact", (100, 32)), ("expected_exact", (200, 32))],
     "ex-lb-product": [("d_twice", (64, 3.0)), ("d_twice", (128, 4.0))],
+    "ex-lb-pairs": [("no_self_root", (1.0, 50.0, 0.01)), ("no_self_root", (2.0, 900.0, 0.005))],
 }
 SOLUTION_PRELUDE = "import math\nimport numpy as np\nimport torch\nimport lib\nfrom lib import theory\nfrom lib.theory import *\n"
 # builtins, math, and the tensor helpers that convert or shape an answer (not the functions that compute it)
@@ -569,6 +570,8 @@ WRONG = {
     "ex-lb-errors-check#proof-count": "def table_bits(V, D, k):\n    return V * math.log2(D) - math.log2(math.comb(V, k) * D ** k)",
     "ex-lb-bayes-check": "def best_exact(S, V):\n    return (S + (S < V)) / V   # the per-token accuracy",
     "ex-lb-product-check": "def d_twice(V, rstar):\n    return V / math.sqrt(1 + V / rstar ** 2)",
+    # the first-order term alone (the pairs' 1/N^2 part dropped)
+    "ex-lb-pairs-check": "def no_self_root(psi, pi, q):\n    return psi / q\nn_no_self = 2",
 }
 
 
