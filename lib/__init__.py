@@ -62,6 +62,7 @@ it). Chapter in brackets.
     mlp_budget     the one-step MLP memory's logits split into the error budget's terms      [8]
     mlp_memory     chapter 8's random-feature kernel gap and the MLP memory's capacity search [8]
     lowerbound_attention  the attention lower bound: embedding-blind functions of the step-2 direction [9]
+    lowerbound_pairs  the attention lower bound for every pair statistic of the batch           [9]
     lowerbound     counting and coverage bounds, first-gradient estimators, their heuristic N [9]
     model_probes   the MLP's linear Hermite coefficient at its input's scale; the attention
                    gradient after a first step W_V = eta G_1, over eta                       [3]

@@ -141,6 +141,21 @@ def trained_capacity(d: int, threshold: float = 0.99, seeds: int = 2, embedding:
                      first_seed)
 
 
+EVERY_PAIR_FILE = "ch02_every_pair.json"
+
+
+def shipped_every_pair() -> dict:
+    """Chapter 2's every-pair capacities shipped with the book (`scripts/every_pair_grid.py`, draw 0):
+    {"provenance": {...}, "n": {str(d): [trained_capacity(d, 1.0, seeds=1, first_seed=s, steps, lr=3.0) for each
+    memory seed s]}}."""
+    import json
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "book", "data",
+                        EVERY_PAIR_FILE)
+    with open(path) as f:
+        return json.load(f)
+
+
 # ----------------------------------------------------------------------------- chapter 8
 
 def population_recall(cfg, seed: int = 0) -> float:
