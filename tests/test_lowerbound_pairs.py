@@ -85,6 +85,19 @@ def test_simulated_noise_is_above_the_floor(moments):
         fl = np.mean([float((E @ (u - Ek - ((u - Ek) @ z) * z / zz)).var(correction=0)) for u in ks[k]])
         X = zz * (float((E @ Ek).var(correction=0)) + fl) / float(z @ Ek) ** 2 - m["inv_r2"]
         assert X > 0.9 * floor, (k, X, floor)           # 40 batches: the estimate's spread is about 10 %
+        q = lp.member_noise(m, N, A, B)
+        if k == "split":                                # uneven row and column sums: above its totals' quadratic
+            assert X > 1.2 * q, (X, q)
+        else:                                           # evenly spread weights: the quadratic is exact
+            assert abs(X / q - 1) < 0.2, (k, X, q)
+
+
+def test_a_negative_total_is_the_negation(moments):
+    _, m = moments
+    for N, A, B in ((16, 3.0, 0.5), (200, 1.0, 0.0), (5, 0.0, 2.0)):
+        assert lp.member_noise(m, N, -A, -B) == pytest.approx(lp.member_noise(m, N, A, B), rel=1e-12)
+    with pytest.raises(ValueError, match="nonzero"):
+        lp.member_noise(m, 10, 1 + m["beta"], -1.0)
 
 
 def test_bad_arguments_name_the_parameter(moments):

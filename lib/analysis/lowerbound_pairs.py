@@ -12,8 +12,10 @@ w = v = 1/N^2; "Y without self-pairs" is v = 0; the split-batch steps (first gra
 the other) are w_nm = 1 for n in one half and m in the other, 0 elsewhere, v = 0; every fixed reweighting of
 samples or pairs is a member.
 
-The theorem (chapter 9).  Normalise the weights so that z . E[k_hat] = mu = z . k_inf and write
-A = sum_{n != m} w_nm, B = sum_n v_n (then A + (1 + beta) B = 1, beta = `k_noise.k_self_beta`). In the units
+The theorem (chapter 9).  Write A = sum_{n != m} w_nm, B = sum_n v_n and s = A + (1 + beta) B (beta =
+`k_noise.k_self_beta`), nonzero; k_hat / s has mean trigger score mu = z . k_inf, so divide the weights by s
+(then A + (1 + beta) B = 1; with s < 0 this is the member's negation, which under the model of part (b)
+attends at least as well as the member). In the units
 of chapter 5's excess noise (|z|^2 / mu^2 times a token-score variance), the token-score noise of every
 member, averaged over batches, obeys
 
@@ -23,8 +25,8 @@ member, averaged over batches, obeys
 with psi = Q[g + g'], self = Q[s], cross = Q[g + g', s], pair = Q[K] + Q[K, K^swap] (`k_noise.k_noise_moments`,
 form 'perp') and X_mean(B) = B^2 Var_j(e_j . (Delta - beta k_inf)) + 2 B Cov_j(e_j . k_inf, e_j . Delta - beta e_j . k_inf)
 (in the same units; Delta = D - k_inf, D = `margins.k_self_term`) the mean's own excess over the population.
-Proof: Hoeffding's decomposition is orthogonal, so the fluctuation's variance is at least the sum of the
-variances of its first-order and second-order parts. The first-order part of sample n is R_n g + S_n g' + v_n s
+Proof: Hoeffding's decomposition is orthogonal, so the fluctuation's variance is the sum of the variances
+of its first-order and second-order parts. The first-order part of sample n is R_n g + S_n g' + v_n s
 (R_n, S_n the row and column sums of w off the diagonal); the sum over n of the quadratic form is at least
 N times its value at the means (Jensen), and both sums of R and S are A. The second-order part of the pair
 {n, m} has variance (w_nm^2 + w_mn^2) a + 2 w_nm w_mn b with a = Q[K_deg], |b| <= a, at least (a + b)(w_nm + w_mn)^2 / 2,
@@ -86,9 +88,10 @@ def _check_moments(m) -> dict:
 
 def member_noise(m: dict, N: int, A: float, B: float) -> float:
     """The bound's quadratic at weights with these totals: X_mean(B) + first- and second-order parts, for the
-    member whose weights are spread evenly (equal row and column sums, equal pair weights); A and B are
-    rescaled so that A + (1 + beta) B = 1. For the three steps (A = N - 1, B = 1) it is their exact excess
-    noise (chapter 5's formula); for every other member with these totals it is a lower bound."""
+    member whose weights are spread evenly (equal row and column sums, equal pair weights), rescaled by
+    s = A + (1 + beta) B (any sign, nonzero): the excess noise of k_hat / s, whose mean trigger score is mu_inf
+    (with s < 0 that is the member's negation). For the three steps (A = N (N - 1), B = N) it is their exact
+    excess noise (chapter 5's formula); for every other member with these totals it is a lower bound."""
     m, N = _check_moments(m), check_int("N", N, 1)
     A, B = float(A), float(B)
     s = A + (1 + m["beta"]) * B
