@@ -42,7 +42,7 @@ import lib
 assert lib.__version__ == "0.1.0", lib.__file__
 d = torch.load(sys.argv[2])
 cfg = lib.TaskConfig(V=d["V"], d=d["d"], L=d["L"], device="cpu")
-p = lib.core.embeddings.Problem(cfg, d["E"], d["U"], d["z_trig"], d["z_eos"], d["perm"], None)
+p = lib.Problem(cfg, d["E"], d["U"], d["z_trig"], d["z_eos"], d["perm"], None)   # that commit has no lib.core
 b = lib.Batch(d["tokens"], d["pos"], d["labels"])
 s = lib.StepSizes(eta=0.01, gamma_W=1e8, gamma_V=1e3)
 ts = []

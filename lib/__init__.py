@@ -31,6 +31,7 @@ it). Chapter in brackets.
     crosscheck     the count route's training against autograd: gradient and parameter gaps [10]
   experiments/  experiments over seeds and grids, with a crash-safe store
     experiment     run(cfg, N, ...): the one-call experiment over seeds                      [4-7]
+    codehash       the hash of the lib source a stored point depends on (part of its key)    [4-7]
     store          the append-only store of evaluated points (JSON lines, checksums)          [4-7]
     capacity       critical sample size N* on that store (resumable)                         [4-7]
     bootstrap      the bootstrap over seeds of N* on its evaluated grid                      [7]

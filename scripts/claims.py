@@ -8,7 +8,9 @@ what `scripts/replicate.py` reports and what the robustness page and its test ma
 `instrument(nb)` rewrites every assert of a notebook so that a failing one is *recorded* and the
 cell goes on (an assert that itself raises counts as failed), and appends a cell that writes the
 records as JSON to the path in the environment variable REPLICATE_RECORDS. A claim that is never
-reached (its cell stopped at an error first) counts as failed too.
+reached (its cell stopped at an error first) counts as failed too. Each record also carries a
+fingerprint of the values the assert read: equal fingerprints on every draw mean a redraw cannot move
+the claim (it reads shipped data, or it is an exact identity), and the table says so.
 """
 
 from __future__ import annotations
@@ -18,12 +20,45 @@ import json
 import re
 
 RECORDER = """\
-import json as _claims_json, os as _claims_os
+import json as _claims_json, os as _claims_os, hashlib as _claims_hashlib
 _CLAIMS = {}
-def __claim__(key, ok, err=None):
+def _claims_bytes(v, depth=0):
+    import numpy as _np
+    if depth > 4:
+        return b"..."
+    if hasattr(v, "detach") and hasattr(v, "cpu"):
+        v = v.detach().cpu().numpy()
+    if isinstance(v, _np.ndarray) and v.dtype != object:
+        return str(v.shape).encode() + _np.ascontiguousarray(v).tobytes()
+    if isinstance(v, (bool, int, float, complex, str, bytes, type(None), _np.generic)):
+        return repr(v).encode()
+    if isinstance(v, dict):
+        items = sorted(v.items(), key=lambda kv: repr(kv[0]))
+        return b"{" + b",".join(_claims_bytes(k, depth + 1) + b":" + _claims_bytes(x, depth + 1)
+                               for k, x in items) + b"}"
+    if isinstance(v, (list, tuple, set, frozenset, _np.ndarray)):
+        seq = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
+        return b"[" + b",".join(_claims_bytes(x, depth + 1) for x in seq) + b"]"
+    text = repr(v)
+    return type(v).__name__.encode() if " at 0x" in text else text.encode()
+_CLAIM_BUF = []
+def __claim_cap__(v):
+    try:
+        _CLAIM_BUF.append(_claims_bytes(v))
+    except Exception:
+        _CLAIM_BUF.append(type(v).__name__.encode())
+    return v
+def __claim_fp__():
+    fp = _claims_hashlib.sha256(b"|".join(_CLAIM_BUF)).hexdigest()[:16]
+    _CLAIM_BUF.clear()
+    return fp
+def __claim__(key, ok, err=None, fp=""):
     prev = _CLAIMS.get(key)
+    fp = fp if prev is None else _claims_hashlib.sha256((prev[2] + fp).encode()).hexdigest()[:16]
     if prev is None or (prev[0] and not ok):
-        _CLAIMS[key] = (bool(ok), err)
+        _CLAIMS[key] = (bool(ok), err, fp)
+    else:
+        _CLAIMS[key] = (prev[0], prev[1], fp)
 """
 
 DUMP = """\
@@ -63,21 +98,50 @@ def claims(nb: dict, chapter: str) -> list[dict]:
     return out
 
 
+class _Capture(ast.NodeTransformer):
+    """Wrap every value an assert's test reads (names, attributes, subscripts, calls) in
+    `__claim_cap__`, which records the value and returns it unchanged."""
+
+    def _wrap(self, node):
+        return ast.Call(ast.Name("__claim_cap__", ast.Load()), [node], [])
+
+    def visit_Name(self, node):
+        return self._wrap(node) if isinstance(node.ctx, ast.Load) else node
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        return self._wrap(node) if isinstance(node.ctx, ast.Load) else node
+
+    visit_Subscript = visit_Attribute
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        return self._wrap(node)
+
+
 class _Recorder(ast.NodeTransformer):
+    """Each assert becomes: evaluate the test (an exception counts as False) with every value it reads
+    captured (`_Capture`), then record the outcome with a fingerprint of those values, so that the
+    table can tell a claim whose numbers change with the draw from one that a redraw cannot move (it
+    reads shipped data, or it is an exact computation)."""
+
     def __init__(self, keys):
         self.keys = keys                     # (lineno, col) -> claim key
 
     def visit_Assert(self, node):
+        import copy
         key = self.keys[(node.lineno, node.col_offset)]
         ok = ast.Name("__claim_ok__", ast.Store())
-        call = lambda *args: ast.Expr(ast.Call(ast.Name("__claim__", ast.Load()),
-                                                [ast.Constant(key), *args], []))
+        test = _Capture().visit(copy.deepcopy(node.test))
+        fp = ast.Call(ast.Name("__claim_fp__", ast.Load()), [], [])
+        call = lambda ok_, err: ast.Expr(ast.Call(ast.Name("__claim__", ast.Load()),
+                                                  [ast.Constant(key), ok_, err, fp], []))
         handler = ast.ExceptHandler(
             ast.Name("Exception", ast.Load()), "__claim_err__",
             [call(ast.Constant(False),
                   ast.Call(ast.Name("repr", ast.Load()), [ast.Name("__claim_err__", ast.Load())], []))])
-        return ast.Try(body=[ast.Assign([ok], ast.Call(ast.Name("bool", ast.Load()), [node.test], []))],
-                       handlers=[handler], orelse=[call(ast.Name("__claim_ok__", ast.Load()))],
+        return ast.Try(body=[ast.Assign([ok], ast.Call(ast.Name("bool", ast.Load()), [test], []))],
+                       handlers=[handler], orelse=[call(ast.Name("__claim_ok__", ast.Load()), ast.Constant(None))],
                        finalbody=[])
 
 

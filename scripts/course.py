@@ -316,15 +316,26 @@ def write_students(out: pathlib.Path, notebooks: list[pathlib.Path],
 
 
 def restore_checks(nb, instructor):
-    """Replace every check cell of nb by the instructor's cell with the same grade_id; add the
-    instructor's check cells that nb lacks are counted as missing (0 points)."""
+    """Make nb's graded cells what nbgrader's autograde grades: every check cell restored from the
+    instructor's cell with the same grade_id (an edited or re-checksummed check counts for nothing);
+    a cell whose grade_id the instructor notebook lacks (invented) and all but the last of the cells
+    sharing one grade_id (copied) lose their nbgrader metadata, so they are never scored (nbgrader
+    ignores them; `drop_unknown_cells`). Returns the grade_ids of the instructor's checks that nb
+    lacks (deleted): `score` counts them as 0 of their points."""
     ref = {c.metadata["nbgrader"]["grade_id"]: c for c in check_cells(instructor)}
+    known = set(exercise_cells(instructor))
     seen = set()
-    for i, c in enumerate(nb.cells):
-        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+    for i in reversed(range(len(nb.cells))):            # the last copy of a grade_id is the one kept
+        meta = nb.cells[i].metadata.get("nbgrader")
+        if meta is None:
+            continue
+        gid = meta.get("grade_id")
+        if gid not in known or gid in seen:
+            del nb.cells[i].metadata["nbgrader"]
+            continue
+        seen.add(gid)
         if gid in ref:
             nb.cells[i] = copy.deepcopy(ref[gid])
-            seen.add(gid)
     return sorted(set(ref) - seen)
 
 
@@ -364,14 +375,21 @@ def score(nb, instructor=None) -> tuple[float, float]:
     with the instructor notebook, each of its check cells that nb lacks (a deleted cell: nb has no
     cell with its grade_id) adds its points to max and 0 to the score. The one scoring rule of
     `grade` and of the tests that score the book build's own executions."""
+    ref = None if instructor is None else {c.metadata["nbgrader"]["grade_id"]: c for c in check_cells(instructor)}
     got = max_score = 0.0
+    counted = set()
     for c in check_cells(nb):
+        gid = c.metadata["nbgrader"].get("grade_id")
+        if ref is not None and (gid not in ref or gid in counted):   # only the instructor's checks, once
+            continue
+        counted.add(gid)
         s, m = nbg_utils.determine_grade(c)
+        if ref is not None:                                           # the instructor's points, not the cell's
+            m = float(ref[gid].metadata["nbgrader"]["points"])
+            s = min(s, m)
         got, max_score = got + s, max_score + m
-    if instructor is not None:          # a deleted check cell scores 0 of its points
-        present = set(exercise_cells(nb))
-        max_score += sum(float(c.metadata["nbgrader"]["points"]) for c in check_cells(instructor)
-                         if c.metadata["nbgrader"]["grade_id"] not in present)
+    if ref is not None:                 # a deleted check cell scores 0 of its points
+        max_score += sum(float(c.metadata["nbgrader"]["points"]) for gid, c in ref.items() if gid not in counted)
     return got, max_score
 
 

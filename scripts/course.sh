@@ -64,6 +64,14 @@ c.CourseDirectory.course_id = "$id"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "_cache"]
 c.Execute.timeout = 900             # seconds per cell (nbgrader's default, 30, is too short)
 c.Execute.kernel_name = "python3"   # the book's venv kernel (course.sh puts .venv/bin first on PATH)
+# feedback without the hidden tests (scripts/course_feedback.py): students may see their feedback and
+# the assignment can still be reused
+import sys
+sys.path.insert(0, "$root/scripts")
+from course_feedback import HideHiddenTests
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import GetGrades
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
 EOF
     # relative chapter paths are taken from where the command was run
     "$py" "$root/scripts/course.py" source ${opts[@]+"${opts[@]}"} "$course/source" ${files[@]+"${files[@]}"}

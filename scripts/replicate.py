@@ -85,14 +85,29 @@ def table(results: list[dict], draws: list[int]) -> list[dict]:
             rec = res["records"].get(c["key"])
             if rec is None:
                 row["failed"][str(res["draw"])] = "not reached"
-            elif rec[0]:
-                row["passed"].append(res["draw"])
             else:
-                row["failed"][str(res["draw"])] = rec[1] or "False"
+                if rec[0]:
+                    row["passed"].append(res["draw"])
+                else:
+                    row["failed"][str(res["draw"])] = rec[1] or "False"
+                if len(rec) > 2:
+                    row.setdefault("values", {})[str(res["draw"])] = rec[2]
     out = list(rows.values())
     for row in out:
         row["passed"].sort()
+        row["moves"] = moves(row, draws)
     return out
+
+
+def moves(row: dict, draws: list[int]) -> bool | None:
+    """Whether a redraw moved the values the claim read: True when their fingerprints differ between
+    two draws (a live claim), False when they are equal on every draw (the claim reads shipped data or
+    an exact computation: a redraw cannot change it), None when fewer than two draws recorded them."""
+    fps = [row.get("values", {}).get(str(k)) for k in draws]
+    fps = [f for f in fps if f is not None]
+    if len(fps) < 2:
+        return None
+    return len(set(fps)) > 1
 
 
 def main(argv=None) -> int:
@@ -132,19 +147,23 @@ def main(argv=None) -> int:
     rows.sort(key=lambda r: (order[r["chapter"]], r["cell"]))
     failed = [r for r in rows if r["failed"]]
     width = max([len(r["chapter"]) for r in rows] + [7])
-    print(f"{'chapter':<{width}}  cell  draws passed  claim")
+    print(f"{'chapter':<{width}}  cell  draws passed  kind   claim")
     for r in rows:
         mark = "" if not r["failed"] else "  <-- FAILED on " + ", ".join(
             f"draw {k} ({v[:120]})" for k, v in r["failed"].items())
-        print(f"{r['chapter']:<{width}}  {r['cell']:>4}  {len(r['passed']):>2}/{len(a.draws):<9}  "
+        kind = {True: "live ", False: "fixed", None: "  ?  "}[r["moves"]]
+        print(f"{r['chapter']:<{width}}  {r['cell']:>4}  {len(r['passed']):>2}/{len(a.draws):<9}  {kind}  "
               f"{r['text'][:100]}{mark}")
     print("\nchapter seconds per draw:")
     for res in sorted(results, key=lambda r: (order[r["chapter"]], r["draw"])):
         print(f"  {res['chapter']} draw {res['draw']}: {res['seconds']} s" +
               ("" if not res["errors"] else "  errors: " + "; ".join(res["errors"])[:400]))
-    summary = {"claims": len(rows), "failed": len(failed), "draws": a.draws, "wall_seconds": round(wall, 1)}
+    summary = {"claims": len(rows), "failed": len(failed), "draws": a.draws, "wall_seconds": round(wall, 1),
+               "live": sum(r["moves"] is True for r in rows), "fixed": sum(r["moves"] is False for r in rows)}
     print(f"\n{len(rows) - len(failed)} of {len(rows)} claims held on every draw ({a.draws}); "
           f"{len(failed)} failed; {wall:.0f} s")
+    print(f"{summary['live']} claims read values that the draws moved (live); {summary['fixed']} read the same "
+          "values on every draw (shipped data or exact computations)")
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     data = {"command": "scripts/replicate.sh --draws " + " ".join(map(str, a.draws)) +
                        ("" if not a.notebooks else " " + " ".join(a.notebooks)),
@@ -154,7 +173,7 @@ def main(argv=None) -> int:
             "summary": summary,
             "chapters": {res["chapter"]: {} for res in results},
             "runs": [{k: res[k] for k in ("chapter", "draw", "seconds", "errors")} for res in results],
-            "rows": [{k: r[k] for k in ("chapter", "cell", "text", "occurrence", "key", "passed", "failed")}
+            "rows": [{k: r[k] for k in ("chapter", "cell", "text", "occurrence", "key", "passed", "failed", "moves")}
                      for r in rows]}
     data.pop("chapters")
     with open(a.out, "w") as f:

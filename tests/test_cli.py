@@ -241,3 +241,15 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (proc.returncode, err[-400:])
     assert err.strip().splitlines() == [f"python -m lib sweep: interrupted (finished points are kept in {cache})"]
+
+
+def test_a_relative_cache_is_made_absolute_and_an_empty_one_refused(tmp_path, monkeypatch):
+    """A relative cache would be resolved in each Dask worker's own folder (points written where nobody
+    looks); an empty one used to compute a point and then die."""
+    from lib.experiments.store import Store, check_store_path
+    monkeypatch.chdir(tmp_path)
+    assert check_store_path("points.jsonl") == str(tmp_path / "points.jsonl")
+    assert Store("points.jsonl").path == str(tmp_path / "points.jsonl")
+    for bad in ("", "   "):
+        with pytest.raises(ValueError, match="cache must be a file path"):
+            check_store_path(bad)

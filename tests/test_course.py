@@ -165,6 +165,42 @@ def test_grader_restores_hidden_tests_and_ignores_edited_checks(tmp_path):
     assert r.stdout.strip() == "toy: 1/1"
 
 
+def test_grader_counts_only_the_instructors_checks_whatever_the_student_adds_copies_or_deletes(tmp_path):
+    """grade.sh scores as nbgrader's autograde does: each of the instructor's check cells once, restored
+    from the source by grade_id, with the source's points; invented cells, copies, edits and new
+    checksums count for nothing, and a deleted check scores 0 of its points."""
+    src, _ = _toy(tmp_path)
+    stud = tmp_path / "student"
+    course.write_students(stud, [src / "toy.ipynb"])
+    path = stud / "toy.ipynb"
+    base = nbformat.read(path, as_version=4)
+    base.cells[1].source = "answer = 41"                                   # wrong: 0 of 1 when graded honestly
+    check = base.cells[2]
+
+    def graded(cells):
+        nb = copy.deepcopy(base)
+        nb.cells = cells
+        nbformat.write(nb, path)
+        return course.grade(path, src)[:2]
+
+    invented = nbformat.v4.new_code_cell('print("correct")', metadata={"nbgrader": {
+        "solution": False, "grade": True, "locked": True, "points": 100, "grade_id": "bonus", "schema_version": 3,
+        "checksum": "0" * 32}})
+    assert graded(base.cells + [invented]) == (0, 1)                        # added: ignored
+    copied = copy.deepcopy(check)
+    copied.source = 'print("correct")'
+    copied.metadata["nbgrader"]["points"] = 100
+    assert graded(base.cells + [copied, copy.deepcopy(copied)]) == (0, 1)  # copied twice, points raised: once, 1
+    edited = copy.deepcopy(check)
+    edited.source = "answer = 42"
+    edited.metadata["nbgrader"]["checksum"] = "f" * 32                    # re-checksummed to match the edit
+    assert graded(base.cells[:2] + [edited]) == (0, 1)                      # edited: restored, still fails
+    assert graded(base.cells[:2]) == (0, 1)                                 # deleted: 0 of its point
+    right = copy.deepcopy(base.cells[1])
+    right.source = "answer = 42"
+    assert graded([base.cells[0], right, check, invented, copied]) == (1, 1)   # the honest score survives
+
+
 def _errors(nb):
     return [(c, o) for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
 

@@ -10,6 +10,7 @@ shared with other work); the release of every chapter takes 15 to 25 s: 3 to 4 m
 import copy
 import csv
 import importlib.util
+import html as html_lib
 import json
 import os
 import pathlib
@@ -217,6 +218,19 @@ def test_submissions_left_as_found_and_feedback_written(mock_course):
         assert (c / "submitted" / s / A / f"{A}.ipynb").exists()
         html = (c / "feedback" / s / A / f"{A}.html").read_text()
         assert "ex-task-beta" in html or "sharpness threshold" in html
+    # feedback shows no hidden test: not in the check cells, not in a failing check's traceback
+    hidden = [line.strip() for text in course.HIDDEN_RE.findall("\n".join(
+        x.source for x in course.check_cells(mock_course["source"]))) for line in text.splitlines()
+        if len(line.strip()) >= 12 and not line.strip().startswith("#")]
+    released = "\n".join(x.source for x in mock_course["released"].cells)
+    hidden = [h for h in hidden if h not in released]            # lines the chapter also shows elsewhere
+    assert len(hidden) >= 4
+    for s in ("alice", "bob", "carol"):
+        page = html_lib.unescape(re.sub(r"<[^>]+>", "", (c / "feedback" / s / A / f"{A}.html").read_text()))
+        shown = [h for h in hidden if h in page]
+        assert not shown, (s, shown[:3])
+    bob = html_lib.unescape(re.sub(r"<[^>]+>", "", (c / "feedback" / "bob" / A / f"{A}.html").read_text()))
+    assert "this check did not pass" in bob and "hidden tests: run when the notebook is graded" in bob
 
 
 def test_released_notebook_is_clean(mock_course):

@@ -229,3 +229,18 @@ def test_largest_true_is_exact(last):
     assert len(calls) <= 2 * (last.bit_length() + 2)                 # doubling then bisection
     with pytest.raises(ValueError, match="n_max"):
         largest_true(lambda n: True, n_max=64)
+
+
+def test_token_routes_refuse_ids_out_of_range():
+    """informative_values and step2_direction read ids by indexing: a negative id would wrap silently."""
+    import dataclasses
+    from lib.analysis.lowerbound_attention import step2_direction
+    from lib.fast.tokens import informative_values
+    p = lib.make_problem(lib.TaskConfig(V=16, d=8, L=4), 0)
+    b = lib.sample_batch(p, 10, 0)
+    for field, value in (("tokens", -1), ("tokens", 16), ("labels", -1), ("pos", 4)):
+        bad = dataclasses.replace(b, **{field: getattr(b, field).clone()})
+        getattr(bad, field).view(-1)[0] = value
+        for f in (informative_values, step2_direction):
+            with pytest.raises(ValueError, match=f"batch.{field}"):
+                f(p, bad)

@@ -22,13 +22,51 @@ def test_autograd_discrepancy_is_rounding_and_refuses_bad_arguments():
         autograd_discrepancy(one, seed=0, N=0)
 
 
-def test_linear_coefficient_vanishes_for_the_unit_input_and_follows_the_curve_for_the_raw_one():
-    s, c1, se = linear_coefficient("unit", "uniform", V=16, d=8, L=4, m=2048, N=16)
-    assert s.shape == c1.shape == se.shape == (16,) and (s == 1.0).all()
-    assert np.sqrt(np.mean((c1 / se) ** 2)) < 2.5                        # zero up to Monte Carlo noise
-    s, c1, se = linear_coefficient("raw", "focused", V=16, d=8, L=4, m=2048, N=16)
-    curve = 3 * s * (s ** 2 - 1) / 6 ** 0.5
+def _c1_from_the_definition(mlp_input, attention, V, d, L, m, N, seed=0):
+    """(s, c_1, s.e.) rebuilt in NumPy from the problem's raw tensors: o = e_{x_l} + z_trig (focused) or
+    the mean over the L positions of e_{x_t} + 1[t = l] z_trig (uniform; the trigger rides in the value
+    path, no EOS key), pre-activations p = F o / s_in (s_in = |o| for the unit input, 1 for the raw
+    one), sigma = He_3 / sqrt 6, and c_1 = mean over the m units of sigma(p) p / s with s = |o| (raw)
+    or 1 (unit); its standard error is the units' sample SD / sqrt(m)."""
+    cfg = lib.TaskConfig(V=V, d=d, L=L, model="mlp", m=m, mlp_input=mlp_input, dtype="float64", device="cpu")
+    prob = lib.make_problem(cfg, seed)
+    b = lib.sample_batch(prob, N, seed)
+    E, z, F = prob.E.numpy(), prob.z_trig.numpy(), prob.F.numpy()
+    tokens, pos = b.tokens.numpy(), b.pos.numpy()
+    vals = E[tokens] + (np.arange(L)[None, :] == pos[:, None])[:, :, None] * z       # (N, L, d)
+    o = vals.mean(1) if attention == "uniform" else vals[np.arange(N), pos]
+    norm = np.linalg.norm(o, axis=1)
+    p = o @ F.T / (norm[:, None] if mlp_input == "unit" else 1.0)
+    s = norm if mlp_input == "raw" else np.ones(N)
+    prod = (p ** 3 - 3 * p) / 6 ** 0.5 * p / s[:, None]
+    return s, prod.mean(1), prod.std(1, ddof=1) / m ** 0.5
+
+
+@pytest.mark.parametrize("mlp_input,attention", [("unit", "uniform"), ("unit", "focused"), ("raw", "focused"),
+                                                 ("raw", "uniform")])
+def test_linear_coefficient_is_its_definition_and_follows_the_hermite_curve(mlp_input, attention):
+    """Two checks per input map and attention (V = 16, d = 8, L = 4, m = 2048, 16 samples; ~0.1 s each).
+    (1) Against the definition rebuilt in NumPy: float64 sums over m = 2048 units agree to ~1e-13
+    relative, so rtol 1e-9. The per-sample estimates are nonzero draws even where c_1 = 0 (the unit
+    input), so a sign flip, a factor 2, a missing sqrt(m) or a wrong scale s fails here.
+    (2) Against E_{g ~ N(0, s^2)}[He_3(g) g] / (sqrt(6) s) = 3 s (s^2 - 1) / sqrt 6 (0 for the unit
+    input, s = 1): each sample's z = (c_1 - curve) / s.e. is about N(0, 1), so 16 z^2 is about chi^2
+    with up to 16 degrees of freedom (fewer when samples repeat a token or through the shared units F):
+    RMS(z) < 2.5 fails with probability P(chi^2_k > 6.25 k) < 2e-6 for k >= 6 (4e-8 for k >= 8).
+    For the raw input the curve is far from 0 (RMS of curve / s.e. 9.4 focused, 38 uniform): a sign
+    flip gives RMS(z) ~ 18 and ~ 75, a factor 2 ~ 10 and ~ 38."""
+    s, c1, se = linear_coefficient(mlp_input, attention, V=16, d=8, L=4, m=2048, N=16)
+    s_ref, c1_ref, se_ref = _c1_from_the_definition(mlp_input, attention, V=16, d=8, L=4, m=2048, N=16)
+    np.testing.assert_allclose(s, s_ref, rtol=1e-9)
+    np.testing.assert_allclose(c1, c1_ref, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(se, se_ref, rtol=1e-9)
+    curve = 3 * s_ref * (s_ref ** 2 - 1) / 6 ** 0.5
     assert np.sqrt(np.mean(((c1 - curve) / se) ** 2)) < 2.5
+    if mlp_input == "raw":      # the curve is away from 0: RMS(curve / s.e.) > 5 makes (2) catch a sign flip
+        assert np.sqrt(np.mean((curve / se) ** 2)) > 5           # (RMS z ~ 10) and a factor 2 (RMS z ~ 5)
+
+
+def test_linear_coefficient_refuses_bad_arguments():
     with pytest.raises(ValueError, match="attention"):
         linear_coefficient("raw", "peaked")
     with pytest.raises(ValueError, match="mlp_input"):

@@ -1,6 +1,7 @@
 """The numba loops of lib.fast.native against the torch primitives they replace, loop by loop and through the
 route that uses them (lib.fast.limit), in float32 and float64; the torch route when they are off, and the
 one warning when numba is missing or fails."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import torch
 import lib
 from lib.fast import native
 from lib.fast.counts import count_gradients
-from lib.fast.limit import attended_groups, limit_attn
+from lib.fast.limit import attended_groups, count_tables, limit_attn, native_applies
 from conftest import small_cfg, rel, random_params
 
 try:
@@ -235,3 +236,97 @@ def test_the_loops_refuse_ids_they_would_misread():
         native.attend(torch.zeros(4, 3, dtype=torch.int32), torch.zeros(4), inf, torch.rand(5), 1.0, None, 5)
     with pytest.raises(TypeError, match="float32 or float64"):
         native.beta_counts(torch.zeros(4, 3, dtype=torch.int32), inf, torch.rand(5, 5).half(), torch.rand(5).half(), 3)
+
+
+@needs_native
+def test_no_samples_the_loops_give_torchs_empty_results_and_the_routes_refuse_N_0():
+    """N = 0: each loop returns what its torch primitive gives on no ids (an all-zero count table, zero
+    beta sums, no attended ids); a route (the count tables, the limit mode, the three steps) refuses the
+    empty batch with a ValueError naming N, with the loops on and off, before any pass."""
+    cfg = small_cfg(V=9, d=6, L=4, noise_vocab=3)
+    problem = lib.make_problem(cfg, 0)
+    tok = torch.zeros(0, cfg.L, dtype=torch.int32)
+    none = torch.zeros(0, dtype=torch.long)
+    A = native.pair_count(tok, none, cfg.V, cfg.V_in)
+    assert torch.equal(A, torch.bincount(none, minlength=cfg.V * cfg.V_in).view(cfg.V, cfg.V_in))
+    g = torch.Generator().manual_seed(0)
+    D = torch.randn(cfg.V, cfg.V_in, generator=g, dtype=torch.float64)
+    s_w = torch.randn(cfg.V, generator=g, dtype=torch.float64)
+    counts, total = native.beta_counts(tok, none, D, s_w, cfg.n_keys)
+    assert torch.equal(counts, torch.zeros(cfg.V_in, dtype=torch.float64)) and total == 0.0
+    S = torch.randn(cfg.V_in, generator=g, dtype=torch.float64)
+    ids = native.attend(tok, none, none, S, 1.0, None, cfg.V)
+    assert ids.shape == (0,) and ids.dtype == torch.long
+    empty = lib.Batch(tok, none, none)
+    routes = (lambda b: count_tables(problem, b, fused=True), lambda b: count_tables(problem, b, fused=False),
+              lambda b: limit_attn(problem, b), lambda b: lib.three_steps(problem, b, "limit"))
+    for off in (False, True):
+        with native.disabled() if off else contextlib.nullcontext():
+            for route in routes:
+                with pytest.raises(ValueError, match="N must be a positive integer"):
+                    route(empty)
+
+
+def _last_ids_batch(problem, seed):
+    """A batch whose ids reach the top of every range: row 0 all V_in - 1 (the last noise token, or
+    V - 1 without a noise vocabulary) around the informative token V - 1 (every score tied when the
+    vocabulary is shared); row 1 the token whose label is V - 1 at position L - 1 among V_in - 1; then
+    sampled rows (ties against the trigger and EOS come from the loops' rule, tested above)."""
+    cfg = problem.cfg
+    rest = lib.sample_batch(problem, 6, seed)
+    tokens = torch.cat([torch.full((2, cfg.L), cfg.V_in - 1, dtype=torch.int32), rest.tokens])
+    pos = torch.cat([torch.tensor([0, cfg.L - 1]), rest.pos])
+    tokens[0, 0] = cfg.V - 1
+    tokens[1, cfg.L - 1] = int(torch.argsort(problem.perm)[cfg.V - 1])      # Pi^-1(V - 1): label V - 1
+    inf = tokens.gather(1, pos[:, None])[:, 0].long()
+    batch = lib.Batch(tokens.contiguous(), pos, problem.perm[inf])
+    assert int(batch.labels.max()) == cfg.V - 1 and int(batch.tokens.max()) == cfg.V_in - 1
+    return batch
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("kw", [dict(), dict(noise_vocab=3, eos_key=True),
+                                dict(trigger_in_value=False, L=1)])
+def test_one_sample_and_the_last_token_ids_equal_torch(dtype, kw):
+    """N = 1 (one part, whatever the thread count) and ids V - 1, V_in - 1 and label V - 1 (the last row of
+    every table the loops index without bounds checks): each loop against its torch primitive, exactly
+    for the integer ones (pair counts, attended ids), and the limit mode's (G1, k, G3) with the loops on
+    against off, to 1e-12 (float64) or 2e-5 (float32) relative: the tolerances of the route tests above
+    (the loops add in another order; float32 carries 24 bits over sums of up to (V_in + 2) L terms)."""
+    cfg = small_cfg(V=9, d=6, **({"L": 5} | kw), dtype=dtype)
+    problem = lib.make_problem(cfg, 3)
+    tol = 1e-12 if dtype == "float64" else 2e-5
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        last = _last_ids_batch(problem, 4)
+        for batch in (lib.sample_batch(problem, 1, 4), last, last.slice(0, 1), last.slice(1, 2)):
+            A = native.pair_count(batch.tokens, batch.informative, cfg.V, cfg.V_in)
+            pairs = batch.informative[:, None] * cfg.V_in + batch.tokens.long()
+            assert torch.equal(A.view(-1), torch.bincount(pairs.view(-1), minlength=cfg.V * cfg.V_in))
+            g = torch.Generator().manual_seed(5)
+            D = torch.randn(cfg.V, cfg.V_in, generator=g, dtype=problem.E.dtype)
+            s_w = torch.randn(cfg.V, generator=g, dtype=problem.E.dtype)
+            counts, total = native.beta_counts(batch.tokens, batch.informative, D, s_w, cfg.n_keys)
+            beta = (D.double()[batch.informative[:, None], batch.tokens.long()].sum(1)
+                    + s_w.double()[batch.informative]) / cfg.n_keys
+            want = torch.zeros(cfg.V_in, dtype=torch.float64).index_add_(0, batch.tokens.reshape(-1).long(),
+                                                                         beta.repeat_interleave(cfg.L))
+            assert rel(counts, want) < 1e-12 and total == pytest.approx(float(beta.sum()), rel=1e-12)
+            S = torch.randn(cfg.V_in, generator=g, dtype=problem.E.dtype)
+            for bonus, s_eos in ((0.5, 0.0), (-5.0, 9.0), (float(S.max() - S[-1]), float(S.max()))):
+                ids = native.attend(batch.tokens, batch.pos, batch.informative, S, bonus,
+                                    s_eos if cfg.eos_key else None, cfg.V)
+                group = attended_groups(problem, batch, S, torch.tensor(bonus, dtype=S.dtype),
+                                        torch.tensor(s_eos, dtype=S.dtype))
+                assert torch.equal(ids, batch.informative + group * cfg.V)
+            assert native_applies(problem, batch)                     # the route below takes the loops
+            with native.disabled():
+                want = limit_attn(problem, batch)
+            got = limit_attn(problem, batch)
+            # (k is exactly 0 with one key: equal, where rel's float32 quotient 0 / 0 would be NaN)
+            assert all(torch.equal(x, y) or rel(x, y) < tol for x, y in zip(got, want)), \
+                [rel(x, y) for x, y in zip(got, want)]
+    finally:
+        torch.set_num_threads(before)

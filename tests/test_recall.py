@@ -1,6 +1,7 @@
 """lib.experiments.recall: the trained transformer's recall and chapter 2's linear memory's."""
 import numpy as np
 import pytest
+import torch
 
 import lib
 from lib.experiments.recall import linear_memory_recall, transformer_recall
@@ -9,13 +10,28 @@ CFG = lib.TaskConfig(V=12, d=16, L=4, trigger_in_value=False, device="cpu")
 
 
 def test_transformer_recall_records_every_budget_and_equals_a_direct_run():
-    acc, oracle = transformer_recall(CFG, 96, 2, steps=40, lr=0.03, record_every=20, n_test=256)
-    assert acc.shape == (2,) and 0.0 <= oracle <= 1.0
-    prob = lib.make_problem(CFG, 2)
-    batch, test = lib.sample_batch(prob, 96, 2), lib.sample_batch(prob, 256, 2, split="test")
+    """The budgets against a direct `lib.train`; the oracle accuracy against its definition, recomputed
+    in float64 from the problem's raw tensors: the three steps' (limit mode) W_V read at o = v_l = e_{x_l}
+    (trigger out of the value path), logits xi = U W_V o, a hit when argmax xi is the label. L = 16, d = 16
+    is a problem where attention often fails (att_acc 0.25), so the oracle (0.34) differs from the model's
+    accuracy (0.19), from finite mode's oracle (0.26) and from the oracle on the training batch. The
+    float32 route may flip only samples within float32 rounding of a tie: the allowed difference is the
+    fraction of samples whose top-two gap is below 1e-4 of the largest logit (none here). ~1 s."""
+    cfg = CFG.with_(L=16)
+    n_test = 256
+    acc, oracle = transformer_recall(cfg, 96, 2, steps=40, lr=0.03, record_every=20, n_test=n_test)
+    prob = lib.make_problem(cfg, 2)
+    batch, test = lib.sample_batch(prob, 96, 2), lib.sample_batch(prob, n_test, 2, split="test")
     _, rec = lib.train(prob, batch, steps=40, lr=0.03, record_every=20, test_batch=test)
     np.testing.assert_array_equal(acc, rec.test_acc[1:])
-    assert oracle == lib.evaluate(prob, lib.three_steps(prob, batch), batch=test).oracle_acc
+    W_V = lib.three_steps(prob, batch, "limit").params.W_V.double()
+    o = prob.E.double()[test.tokens[torch.arange(n_test), test.pos].long()]        # v_l = e_{x_l}
+    xi = o @ W_V.T @ prob.U.double().T                                               # (n_test, V)
+    top2 = xi.topk(2, 1).values
+    near_ties = int((top2[:, 0] - top2[:, 1] < 1e-4 * float(xi.abs().max())).sum())
+    want = float((xi.argmax(1) == test.labels).double().mean())
+    assert abs(oracle - want) <= near_ties / n_test, (oracle, want, near_ties)
+    assert abs(want - lib.evaluate(prob, lib.three_steps(prob, batch), batch=test).acc) > 0.05   # a telling case
 
 
 def test_linear_memory_trained_beats_hebbian_at_its_capacity():

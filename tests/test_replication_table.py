@@ -30,7 +30,10 @@ def test_table_is_a_run_of_three_draws_or_more_with_its_command_and_date():
     t = table()
     assert len(t["summary"]["draws"]) >= 3 and 0 not in t["summary"]["draws"]
     assert t["command"].startswith("scripts/replicate.sh --draws") and len(t["date"]) == 10
-    assert all(set(r) >= {"chapter", "cell", "text", "passed", "failed"} for r in t["rows"])
+    assert all(set(r) >= {"chapter", "cell", "text", "passed", "failed", "moves"} for r in t["rows"])
+    # every claim is classed live (its values moved with the draw) or fixed (the same on every draw)
+    assert all(r["moves"] in (True, False) for r in t["rows"]) and "note" not in t
+    assert t["summary"]["live"] + t["summary"]["fixed"] == t["summary"]["claims"] == len(t["rows"])
 
 
 def test_claims_finder_sees_every_assert_and_the_recorder_keeps_going():
@@ -49,3 +52,27 @@ def test_claims_finder_sees_every_assert_and_the_recorder_keeps_going():
     assert records["ch|x == 1|0"][0] is True
     assert records["ch|i < 1|0"][0] is False                        # held for i = 0, failed for i = 1
     assert records["ch|undefined_name > 0|0"][0] is False and "NameError" in records["ch|undefined_name > 0|0"][1]
+
+
+def _run_instrumented(src, ns):
+    nb = {"cells": [{"cell_type": "code", "source": src, "metadata": {}, "outputs": [], "execution_count": None}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    inst, _ = C.instrument(nb, "ch")
+    exec(inst["cells"][0]["source"], ns)
+    exec("".join(c["source"] for c in inst["cells"][1:-1]), ns)
+    return ns["_CLAIMS"]
+
+
+def test_the_recorder_fingerprints_what_a_claim_reads():
+    src = ("import numpy as np\nassert np.asarray(f(k)).sum() > 0\nassert 2 ** 10 == 1024\n"
+           "assert all(x < 10 for x in table)\n")
+    runs = [_run_instrumented(src, {"f": lambda k: [k, 1.0], "k": k, "table": [1, 2]}) for k in (1, 2, 2)]
+    fp = lambda r, key: r[f"ch|{key}|0"][2]
+    live, exact, shipped = "np.asarray(f(k)).sum() > 0", "2 ** 10 == 1024", "all(x < 10 for x in table)"
+    assert fp(runs[0], live) != fp(runs[1], live) == fp(runs[2], live)   # a value read through a call moved
+    assert fp(runs[0], exact) == fp(runs[1], exact)                     # an exact check: never moves
+    assert fp(runs[0], shipped) == fp(runs[1], shipped)                 # data a redraw does not change
+    import replicate as R
+    row = {"values": {"1": "a", "2": "b"}}
+    assert R.moves(row, [1, 2]) is True and R.moves({"values": {"1": "a", "2": "a"}}, [1, 2]) is False
+    assert R.moves({"values": {"1": "a"}}, [1, 2]) is None

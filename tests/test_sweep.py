@@ -102,7 +102,7 @@ def test_bootstrap_interval_on_known_per_seed_data():
 
 # ----------------------------------------------------------------------------- the store
 
-def test_cache_key_misses_on_step_sizes_version_n_test_and_hits_on_threshold(tmp_path, monkeypatch):
+def test_cache_key_misses_on_step_sizes_code_n_test_and_hits_on_threshold(tmp_path, monkeypatch):
     path = str(tmp_path / "points.jsonl")
     first = sweep([BASE], cache=path, **FAST)[0]
     assert first.computed == len(first.points) > 2 and not first.from_cache
@@ -115,7 +115,8 @@ def test_cache_key_misses_on_step_sizes_version_n_test_and_hits_on_threshold(tmp
                    dict(mode="finite")):
         p = sweep([BASE], cache=path, **{**FAST, **change})[0]
         assert p.computed == len(p.points), change
-    monkeypatch.setattr(lib, "__version__", lib.__version__ + ".test")
+    from lib.experiments import codehash as st
+    monkeypatch.setitem(st._HASHES, "points", "0" * 16)             # other code: every key misses
     p = sweep([BASE], cache=path, **FAST)[0]
     assert p.computed == len(p.points) and same([p]) == same([first])
 
@@ -318,9 +319,10 @@ def test_recheck_recomputes_a_stored_searchs_deciding_points(tmp_path):
 
 
 def test_chapter_10s_shipped_store_is_whole_and_current():
+    from lib.experiments.codehash import code_hash
     from lib.experiments.store import BOOK_DATA, _point_shape, read_records
     path = os.path.join(BOOK_DATA, "ch10_points.jsonl")
     records, bad = read_records(path, _point_shape)
     assert not bad and len(records) > 1000                       # regenerate: bash scripts/ship_ch10_store.sh
-    assert all(k["version"] == lib.__version__ and "draw" not in k for k, _ in records)   # draw 0, this library
+    assert all(k["code"] == code_hash("points") and "draw" not in k for k, _ in records)   # draw 0, this lib
     assert {k["config"]["V"] for k, _ in records} == {128}      # the chapter's N* grid only

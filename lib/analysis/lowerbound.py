@@ -216,7 +216,8 @@ def token_accuracy(problem: Problem, scores: torch.Tensor) -> float:
 def assignment(W) -> np.ndarray:
     """Maximum-weight assignment of a square score table W[k, j] (label k, token j): the permutation
     pi maximising sum_j W[pi(j), j], returned as (V,) labels pi(j) (Hungarian method with potentials,
-    O(V^3), vectorised over columns). Used on `inversion_scores`: Pi* is a permutation, and the
+    O(V^3), vectorised over columns; tests check it against scipy.optimize.linear_sum_assignment). Used on
+    `inversion_scores`: Pi* is a permutation, and the
     assignment is unchanged by adding a constant to a column, so it is a function of G1 too."""
     Cst = -np.asarray(W.cpu() if isinstance(W, torch.Tensor) else W, dtype=float)
     if Cst.ndim != 2 or Cst.shape[0] != Cst.shape[1] or not np.isfinite(Cst).all():

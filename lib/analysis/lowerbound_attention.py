@@ -218,6 +218,8 @@ def step2_direction(problem, batch) -> "torch.Tensor":
     covariance within the sample. It is the three steps' key direction k (limit mode) up to a positive factor.
     Only for the trigger in the value path (the chapter's setting: there the values' mean is obar_n)."""
     import torch
+    from ..core.task import check_batch
+    check_batch(problem, batch)                       # ids out of range raise, naming the field
     _check_class_cfg(problem.cfg, "step2_direction")
     N, L = batch.tokens.shape
     h = problem.E[batch.tokens.long()].clone()

@@ -9,8 +9,9 @@ Format: JSON lines, append-only. Each line is
     {"key": {...}, "result": {...}, "sha256": "<hex>"}
 
 where `key` holds every field of the configuration except the device (it does not change the
-numbers), N, the evaluation settings (seeds, seed, n_test, mode), every step size, and the library
-version `lib.__version__`; `sha256` is the SHA-256 of the canonical JSON (sorted keys, no spaces,
+numbers), N, the evaluation settings (seeds, seed, n_test, mode), every step size, and `code`, the
+hash of the lib source the numbers depend on (`code_hash`: computed from the modules' syntax trees, so a
+changed formula gives new keys and stale points are never read back); `sha256` is the SHA-256 of the canonical JSON (sorted keys, no spaces,
 infinity allowed, NaN accuracies refused) of {"key", "result"}. Why JSON lines and not SQLite: records are written once and never
 updated, a reader needs nothing but a text editor or `json`, the file diffs and concatenates, and
 the two crash cases are easy to state: a kill mid-write leaves at most one truncated last line,
@@ -51,6 +52,7 @@ import warnings
 from dataclasses import asdict, fields
 
 from ..core.config import TaskConfig, check_choice, check_int
+from .codehash import code_hash
 from .experiment import RunResult
 from ..core.seed import get_draw
 from ..core.steps import MODES, StepSizes
@@ -71,11 +73,6 @@ def checksum(key: dict, result: dict) -> str:
     return hashlib.sha256(canonical({"key": key, "result": result}).encode()).hexdigest()
 
 
-def library_version() -> str:
-    from .. import __version__          # read at call time: the package sets it after its imports
-    return __version__
-
-
 def point_prefix(cfg: TaskConfig, *, seeds: int, seed: int, mode: str, n_test: int,
                  step_sizes: StepSizes, training=None) -> dict:
     """Everything that fixes a point's numbers except N (and except the device). A training recipe
@@ -89,7 +86,7 @@ def point_prefix(cfg: TaskConfig, *, seeds: int, seed: int, mode: str, n_test: i
     prefix = {"config": {k: v for k, v in asdict(cfg).items() if k != "device"},
               "seeds": check_int("seeds", seeds, 1), "seed": check_int("seed", seed, 0),
               "mode": mode, "n_test": check_int("n_test", n_test, 1),
-              "step_sizes": asdict(step_sizes), "version": library_version()}
+              "step_sizes": asdict(step_sizes), "code": code_hash("points")}
     if training is not None:
         from ..learning.trainer import check_training     # trainer sits above the store in the module order
         check_training(training, mode)
@@ -209,14 +206,17 @@ def _check_line(line: bytes, shape):
 
 
 def check_store_path(path) -> str | None:
-    """A store's file path (None: memory only): a path of a file in an existing folder, else a
-    ValueError naming the cache. Used by `Store` and `lib.factual.FactStore`."""
+    """A store's file path (None: memory only), made absolute: a path of a file in an existing folder,
+    else a ValueError naming the cache. Used by `Store` and `lib.factual.FactStore`."""
     if path is None:
         return None
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"cache must be a file path or None, got {path!r}")
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    if not path.strip():
+        raise ValueError(f"cache must be a file path or None, got an empty path {path!r}")
+    path = os.path.abspath(path)           # absolute: a worker in another folder writes the same file
+    folder = os.path.dirname(path)
     if os.path.isdir(path) or not os.path.isdir(folder):
         raise ValueError(f"cache must be a file in an existing folder, got {path!r}")
     try:                                   # can we write? (found now, not after the first computed point)

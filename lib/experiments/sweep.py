@@ -13,8 +13,8 @@ Store. Every evaluated (configuration, N) is appended to the crash-safe JSON-lin
 JSON lines and not SQLite). A kill at any moment loses only the point in flight; rerunning reads
 every finished point back and recomputes none; a corrupt or truncated line is reported and
 recomputed. The key holds the full configuration (not the device), the step sizes, the evaluation
-settings (seeds, seed, n_test, mode) and `lib.__version__`, but not the threshold, so sweeps at
-several thresholds share their points.
+settings and the code hash (`lib.experiments.codehash`; a worker with other code refuses), but not
+the threshold, so sweeps at several thresholds share their points.
 
 Parallelism. Grid points are independent; with jobs > 1 they run in joblib worker processes (the
 loky backend by default) with one torch thread each (`torch.set_num_threads(1)`; K workers then use
@@ -77,14 +77,13 @@ from ..core.config import TaskConfig, check_bool, check_float, check_int, check_
 from ..learning.evaluate import N_TEST
 from ..core.seed import get_draw, set_draw
 from ..core.steps import StepSizes
-from .store import Store, point_prefix
+from .store import Store, code_hash, point_prefix   # code_hash: lib.experiments.codehash
 
 CONFIG_FIELDS = tuple(f.name for f in fields(TaskConfig) if f.name != "device")
 BACKENDS = ("loky", "threading", "dask")    # the backends sweep() accepts by name
 WATCH_SECONDS = 0.1                    # how often a worker checks that its parent is alive
 CONNECT_TIMEOUT = "20s"                # how long to try to reach a Dask scheduler given by address
-WORKER_BYTES = 380 * 2 ** 20           # one worker process before its first point: Python with torch
-                                       # (measured: 347-416 MiB RSS, bench/bench_point.py)
+WORKER_BYTES = 380 * 2 ** 20           # one worker before its first point (347-416 MiB, bench/bench_point.py)
 
 
 def grid(base: TaskConfig, **axes) -> list[TaskConfig]:
@@ -161,6 +160,8 @@ def _one(cfg: TaskConfig, store: Store, opts: dict, parent: tuple | None = None)
     parent: (host, pid, own) of the sweeping process; in another process the worker takes one torch
     thread and the parent's draw, and a worker the sweep started itself (own: its child) watches its
     parent and ends with it (see the module docstring)."""
+    if opts.get("code") != code_hash("points"):        # other code would store wrong points under our keys
+        raise ValueError(f"this worker's lib differs from the sweep's ({opts.get('code')}): use one checkout")
     if parent is not None and (socket.gethostname(), os.getpid()) != tuple(parent[:2]):   # another process
         import torch
         torch.set_num_threads(1)
@@ -241,7 +242,7 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
                 for c in configs]                                     # validates seeds, seed, mode, n_test, step_sizes
     opts = dict(threshold=threshold, seeds=seeds, seed=seed, n_min=n_min, n_max=n_max, mode=mode,
                 n_test=n_test, resolution=resolution, step_sizes=step_sizes, training=training, draw=get_draw(),
-                metric=metric)
+                metric=metric, code=code_hash("points"))
     if jobs != 1 and _own_workers(backend, jobs, scheduler):
         jobs = min((os.cpu_count() or 1) if jobs == -1 else jobs, max(1, len(configs)))   # no idle workers
         check_memory("jobs", jobs, jobs * WORKER_BYTES, f"{jobs} worker processes (Python with torch, "

@@ -18,7 +18,8 @@ from dataclasses import asdict, replace
 from ..core.config import check_choice, check_float, check_int
 from ..core.search import threshold_search
 from ..core.seed import get_draw
-from ..experiments.store import (BOOK_DATA, append_line, canonical, check_store_path, library_version, read_records,
+from ..experiments.codehash import code_hash
+from ..experiments.store import (BOOK_DATA, append_line, canonical, check_store_path, read_records,
                                  read_shipped, record_text)
 from .models import FactModelConfig, FactTransformer, block_param_counts, param_counts
 from .task import FactTask, _check_task
@@ -30,7 +31,7 @@ BLOCKS = ("attention", "mlp")
 
 # ------------------------------------------------------------------------------ capacity, with a cache
 
-POINT_KEY = ("task", "model", "train", "kind", "version")
+POINT_KEY = ("task", "model", "train", "kind", "code")
 POINT_RESULT = ("step", "loss", "acc", "rel_acc", "sub_acc", "kl", "max_acc", "params", "seconds")
 
 
@@ -75,7 +76,7 @@ def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: TrainCo
     """Train one model (or read it from `store`): the final History entry, `params` (trainable),
     `max_acc` (best logged test accuracy) and `seconds`. The device is not part of the key."""
     key = {"task": asdict(task), "model": asdict(model_cfg), "train": asdict(train_cfg),
-           "kind": "FactTransformer", "version": library_version()}
+           "kind": "FactTransformer", "code": code_hash("factual")}
     if get_draw():                      # another draw (lib.core.seed.set_draw): other numbers, other key
         key["draw"] = get_draw()
     if store is not None and (hit := store.get(key)) is not None:

@@ -10,6 +10,7 @@ predictor q_r (`relation_only`).
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -149,6 +150,6 @@ def plateau(hist: History, kl_max: float = 0.1, acc_max: float = 0.5) -> dict:
     if not idx:
         return {"first": None, "last": None, "length": 0, "kl_median": math.nan, "acc_median": math.nan}
     gap = hist.step[1] - hist.step[0] if len(hist.step) > 1 else 1
-    med = lambda v: sorted(v)[len(v) // 2]
+    med = statistics.median                        # the mean of the two middle values for an even count
     return {"first": hist.step[idx[0]], "last": hist.step[idx[-1]], "length": len(idx) * gap,
             "kl_median": med([hist.kl[i] for i in idx]), "acc_median": med([hist.acc[i] for i in idx])}

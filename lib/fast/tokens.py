@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as Fn
 
 from ..core.embeddings import Problem
-from ..core.task import Batch
+from ..core.task import Batch, check_batch
 from ..core.models import features, hard_attention, model_logits
 
 CHUNK_ELEMENTS = 2 ** 22   # elements of the largest per-chunk temporary (16 MiB in float32)
@@ -93,7 +93,9 @@ def hard_values(problem: Problem, b: Batch, scores: torch.Tensor) -> tuple[torch
 
 
 def informative_values(problem: Problem, b: Batch) -> torch.Tensor:
-    """v_l (B, d): the value vector of the informative position (oracle attention)."""
+    """v_l (B, d): the value vector of the informative position (oracle attention). The batch is checked
+    (`lib.core.task.check_batch`): an id out of range raises a ValueError naming its field."""
+    check_batch(problem, b)
     o = problem.E[b.informative]
     return o + problem.z_trig if problem.cfg.trigger_in_value else o
 
