@@ -248,10 +248,21 @@ def drop_unknown_cells(submitted: pathlib.Path, source: pathlib.Path) -> list[st
     "an old version of the nbgrader metadata format"). The cell kept is then restored from the
     gradebook by autograde. Returns the grade_ids dropped, "copy of <id>" for duplicates; the file is
     rewritten only when something was dropped."""
-    known = set(exercise_cells(nbformat.read(source, as_version=4)))
     nb = nbformat.read(submitted, as_version=4)
+    dropped = unmark_unknown(nb, nbformat.read(source, as_version=4))
+    if dropped:
+        nbformat.write(nb, submitted)
+    return dropped
+
+
+def unmark_unknown(nb, instructor) -> list[str]:
+    """Strip, in place, the nbgrader metadata of every cell of nb whose grade_id the instructor notebook
+    lacks (invented) and of all but the last of the cells sharing one grade_id (copied): the cells
+    nbgrader does not grade. Returns the grade_ids dropped, in order, "copy of <id>" for copies. The
+    one rule of `drop_unknown_cells` (before nbgrader's autograde) and `restore_checks` (grade.sh)."""
+    known = set(exercise_cells(instructor))
     dropped, seen = [], set()
-    for c in reversed(nb.cells):
+    for c in reversed(nb.cells):                       # the last copy of a grade_id is the one kept
         if "nbgrader" not in c.metadata:
             continue
         gid = c.metadata["nbgrader"].get("grade_id")
@@ -260,8 +271,6 @@ def drop_unknown_cells(submitted: pathlib.Path, source: pathlib.Path) -> list[st
             del c.metadata["nbgrader"]
         else:
             seen.add(gid)
-    if dropped:
-        nbformat.write(nb, submitted)
     return dropped[::-1]
 
 
@@ -319,23 +328,17 @@ def restore_checks(nb, instructor):
     """Make nb's graded cells what nbgrader's autograde grades: every check cell restored from the
     instructor's cell with the same grade_id (an edited or re-checksummed check counts for nothing);
     a cell whose grade_id the instructor notebook lacks (invented) and all but the last of the cells
-    sharing one grade_id (copied) lose their nbgrader metadata, so they are never scored (nbgrader
-    ignores them; `drop_unknown_cells`). Returns the grade_ids of the instructor's checks that nb
+    sharing one grade_id (copied) lose their nbgrader metadata (`unmark_unknown`), so they are never
+    scored, as nbgrader ignores them. Returns the grade_ids of the instructor's checks that nb
     lacks (deleted): `score` counts them as 0 of their points."""
     ref = {c.metadata["nbgrader"]["grade_id"]: c for c in check_cells(instructor)}
-    known = set(exercise_cells(instructor))
+    unmark_unknown(nb, instructor)
     seen = set()
-    for i in reversed(range(len(nb.cells))):            # the last copy of a grade_id is the one kept
-        meta = nb.cells[i].metadata.get("nbgrader")
-        if meta is None:
-            continue
-        gid = meta.get("grade_id")
-        if gid not in known or gid in seen:
-            del nb.cells[i].metadata["nbgrader"]
-            continue
-        seen.add(gid)
+    for i, c in enumerate(nb.cells):
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
         if gid in ref:
             nb.cells[i] = copy.deepcopy(ref[gid])
+            seen.add(gid)
     return sorted(set(ref) - seen)
 
 

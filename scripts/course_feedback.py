@@ -5,8 +5,8 @@ the source, hidden tests included; a failing hidden test's traceback quotes its 
 out, an assignment could not be reused. `scripts/course.sh init` writes an nbgrader_config.py that runs
 `HideHiddenTests` after nbgrader's GetGrades, so that in each check cell (an autograded grade cell) of
 the feedback
-  - the region between "### BEGIN HIDDEN TESTS" and "### END HIDDEN TESTS" is replaced by one comment
-    line, as in the released notebook, and
+  - the region between "### BEGIN HIDDEN TESTS" and "### END HIDDEN TESTS" is replaced by the one
+    comment line the book's pages show (`book/_ext/hidden_tests.shown_source`), and
   - every error output becomes one line, its exception's name and "this check did not pass" (no
     traceback, no message: either could quote a hidden test).
 The score nbgrader records is not touched: grades come from the gradebook, not from this copy.
@@ -14,12 +14,17 @@ The score nbgrader records is not touched: grades come from the gradebook, not f
 
 from __future__ import annotations
 
-import re
+import importlib.util
+import pathlib
 
 from nbconvert.preprocessors import Preprocessor
 
-HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
-PLACEHOLDER = "# (hidden tests: run when the notebook is graded)\n"
+# the book pages' own rule for a check cell's hidden block (book/_ext/hidden_tests.py): the feedback shows a
+# check exactly as the page and the released notebook do
+_spec = importlib.util.spec_from_file_location(
+    "hidden_tests", pathlib.Path(__file__).resolve().parents[1] / "book" / "_ext" / "hidden_tests.py")
+hidden_tests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hidden_tests)
 
 
 def is_check(cell) -> bool:
@@ -29,7 +34,7 @@ def is_check(cell) -> bool:
 
 def hide(cell) -> bool:
     """Strip one check cell's hidden tests and error details in place; whether anything changed."""
-    source = HIDDEN.sub(PLACEHOLDER, cell.source)
+    source = hidden_tests.shown_source(cell.source)
     changed = source != cell.source
     cell.source = source
     for out in cell.get("outputs", []):

@@ -230,7 +230,7 @@ def test_submissions_left_as_found_and_feedback_written(mock_course):
         shown = [h for h in hidden if h in page]
         assert not shown, (s, shown[:3])
     bob = html_lib.unescape(re.sub(r"<[^>]+>", "", (c / "feedback" / "bob" / A / f"{A}.html").read_text()))
-    assert "this check did not pass" in bob and "hidden tests: run when the notebook is graded" in bob
+    assert "this check did not pass" in bob and "hidden tests: they run when the exercise is graded" in bob
 
 
 def test_released_notebook_is_clean(mock_course):
