@@ -80,3 +80,31 @@ def test_attention_starts_names_bad_arguments(kw, name):
     args = dict(cfg=CFG, problems=1, n_three=[32, 64], n_trained=[64], n_small=64, lr=0.01) | kw
     with pytest.raises(ValueError, match=name):
         attention_starts(**args)
+
+
+@pytest.mark.parametrize("guess", [False, True])
+def test_coverage_learner_nstar_is_the_first_n_whose_batch_covers_enough(guess):
+    """Recomputed from its definition with plain Python sets: at the returned N the learner's accuracy
+    on the test samples (seen facts right; unseen right with probability 1/(labels not shown) when it
+    guesses) reaches the threshold and at the search's last failing N it does not; its accuracy only
+    grows with N (nested batches), so the first N of a fine scan is within the resolution below."""
+    from lib.core.search import threshold_search
+    from lib.experiments.recall import coverage_learner_nstar
+    cfg, seed, t = lib.TaskConfig(V=24, d=8, L=4, trigger_in_value=False, device="cpu"), 3, 0.95
+    prob = lib.make_problem(cfg, seed)
+    xs = lib.sample_batch(prob, 300, seed, split="test").informative.tolist()
+
+    def acc(N):
+        seen = set(lib.sample_batch(prob, N, seed).informative.tolist())
+        other = 1 / (cfg.V - len(seen)) if guess and len(seen) < cfg.V else 0.0
+        return sum(1.0 if x in seen else other for x in xs) / len(xs)
+
+    n = coverage_learner_nstar(cfg, seed, threshold=t, n_test=300, n_min=4, n_max=2 ** 10, resolution=0.1, guess=guess)
+    want = threshold_search(lambda N: acc(N) >= t, 4, 2 ** 10, 0.1).first_true
+    assert n == want and acc(n) >= t
+    first = next(N for N in range(1, 2 ** 10) if acc(N) >= t)
+    assert first <= n <= first * 1.1 + 1 and all(acc(N) <= acc(N + 7) for N in range(1, 200, 7))
+    assert coverage_learner_nstar(cfg, seed, threshold=0.999999, n_test=300, n_min=4, n_max=8) is None
+    for bad, name in ((dict(seed=-1), "seed"), (dict(threshold=1.5), "threshold"), (dict(guess="yes"), "guess")):
+        with pytest.raises(ValueError, match=name):
+            coverage_learner_nstar(cfg, **{"seed": 0, **bad})

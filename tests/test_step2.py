@@ -125,6 +125,20 @@ def test_nstar_fit_reports_the_exponents():
     v = step2.nstar_fit(128, "L", x, nstar, pred, d=128)
     assert abs(v["slope"] - v["derived"]) < 0.5 and v["lo"] < v["slope"] < v["hi"] and 0.7 < v["r"] < 1.4
     assert v["gap"] == abs(v["slope"] - v["derived"]) - v["half"]
+    assert v["kept"].all()
+
+
+def test_nstar_fit_leaves_out_problems_that_never_reach():
+    x = np.array([48, 64, 96, 160])
+    pred = np.array([theory.predicted_attention_nstar(128, 128, int(L)) for L in x])
+    nstar = pred[:, None] * np.exp(np.random.default_rng(1).normal(0, 0.1, (4, 6)))
+    censored = nstar.copy()
+    censored[3, 2] = np.inf                                     # problem 2 never reaches at L = 160
+    v, ref = step2.nstar_fit(128, "L", x, censored, pred, d=128), step2.nstar_fit(128, "L", x, np.delete(nstar, 2, 1), pred, d=128)
+    assert v["kept"].tolist() == [True, True, False, True, True, True]
+    assert v["slope"] == ref["slope"] and v["half"] == ref["half"] and np.allclose(v["gm"], ref["gm"])
+    with pytest.raises(ValueError, match="nstar"):
+        step2.nstar_fit(128, "L", x, np.full((4, 6), np.inf), pred, d=128)
 
 
 def test_finite_sweeps_run():
@@ -148,6 +162,7 @@ def test_finite_sweeps_run():
     (lambda: step2.snr_rows([(8, 4, 16)], 8, 2, 1, []), "batched"),
     (lambda: step2.critical_n(8, [(8, 4)], [0], [4]), "n_grid"),
     (lambda: step2.nstar_fit(8, "V", np.array([1, 2]), np.ones((2, 2)), np.ones(2)), "name"),
+    (lambda: step2.nstar_fit(8, "d", np.array([1, 2]), np.full((2, 3), np.nan), np.ones(2)), "nstar"),
     (lambda: step2.accuracy_pool(lib.TaskConfig(V=8, d=8, L=4, device="cpu"), (0,), [0]), "Ns"),
     (lambda: step2.scale_sweep(None, None, None, []), "lams"),
     (lambda: step2.eta_sweep(None, None, None, []), "etas"),

@@ -191,12 +191,20 @@ def nstar_fit(V: int, name: str, x, nstar, pred, **fixed) -> dict:
     Returns slope, half, lo, hi (the measured exponent and its 95 % t-interval over problems),
     derived (the derived exponent), ratio (geometric-mean / derived N* per x), fit, x, r, r_lo, r_hi
     (measured / derived N* on the fit range, per problem, with its interval), log_r_out (per problem,
-    outside the fit range), gap (distance of the derived exponent outside the interval) and gm."""
+    outside the fit range), gap (distance of the derived exponent outside the interval) and gm.
+    A problem whose N* is infinite at some x (it never reached the threshold on the grid) is left
+    out of every statistic; `kept` (bool, per problem) says which were used."""
     if name not in ("d", "L"):
         raise ValueError(f"name must be 'd' or 'L', got {name!r}")
     nstar = np.asarray(nstar, float)
     if nstar.ndim != 2 or nstar.shape[0] != len(x) or len(pred) != len(x):
         raise ValueError(f"nstar must be (len(x), problems) and pred len(x); got {nstar.shape} and {len(pred)}")
+    if np.isnan(nstar).any() or (nstar <= 0).any():
+        raise ValueError("nstar must be positive (inf for a problem that never reached the threshold), not nan")
+    kept = np.isfinite(nstar).all(0)
+    if kept.sum() < 3:
+        raise ValueError(f"nstar: fewer than 3 problems with a finite N* at every x ({int(kept.sum())})")
+    nstar = nstar[:, kept]
     beta_x = np.array([theory.trigger_self_bias(V, **({"d": int(v)} if name == "d" else {"L": int(v)}), **fixed) for v in x])
     fit = pred >= beta_x / 2                                   # the fit range: derived N* not small against beta
     gm = np.exp(np.log(nstar).mean(1))
@@ -209,6 +217,7 @@ def nstar_fit(V: int, name: str, x, nstar, pred, **fixed) -> dict:
              r_hi=np.exp(r_m + r_h), log_r_out=log_r[~fit].mean(0))
     v["gap"] = abs(v["slope"] - v["derived"]) - v["half"]
     v["gm"] = gm
+    v["kept"] = kept
     return v
 
 

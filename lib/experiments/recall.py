@@ -1,18 +1,21 @@
 """How many facts a memory recalls: the transformer trained from zero (against its three steps
 with oracle attention) and chapter 2's linear associative memory, trained and Hebbian, on one
-problem each (chapter 10's memory after training); and where attention focuses, after the three
-steps and after training from three starts (chapter 10's attention after training).
+problem each (chapter 10's memory after training); where attention focuses, after the three
+steps and after training from three starts (chapter 10's attention after training); and the N* of the
+coverage learner, which recalls every fact its batch contains (chapter 10's trained recall beside it).
 Tested in tests/test_recall.py."""
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
-from ..core.config import TaskConfig, check_float, check_int
+from ..core.config import TaskConfig, check_bool, check_float, check_int
 from ..core.embeddings import make_problem
 from ..core.memory import hebbian, make_memory, recall_accuracy, train_memory
 from ..core.models import Params
 from ..core.optim import TrainConfig
+from ..core.search import threshold_search
 from ..core.task import sample_batch
 from ..learning.evaluate import evaluate
 from ..learning.schedule import three_steps
@@ -100,3 +103,32 @@ def attention_starts(cfg: TaskConfig, problems: int, n_three: list, n_trained: l
                     out[key].append(train(prob, batch, steps=steps, lr=lr, init=init, record_every=steps,
                                           test_batch=test)[1])
     return out
+
+
+def coverage_learner_nstar(cfg: TaskConfig, seed: int, *, threshold: float = 0.99, n_test: int = 1024,
+                           n_min: int = 16, n_max: int = 2 ** 13, resolution: float = 0.1,
+                           guess: bool = False) -> int | None:
+    """N* of a coverage learner on problem `seed` of `cfg`: it recalls every fact whose informative token
+    its batch contains and no other (`guess=True`: for any other token it guesses uniformly among the
+    labels the batch has not shown, the best any learner can do on these data when the permutation is
+    uniform; the expectation over its guesses is taken). Its accuracy is counted on the same `n_test`
+    test samples (split "test" of `seed`), with the same nested batches (seed `seed`) and the same
+    search (`lib.core.search.threshold_search` from n_min to n_max at `resolution`) as
+    `lib.experiments.capacity.nstar` with seeds=1, seed=seed, so that a model searched that way can be
+    compared with it search by search. None when the threshold is not reached by n_max."""
+    if not isinstance(cfg, TaskConfig):
+        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
+    seed, n_test = check_int("seed", seed, 0), check_int("n_test", n_test, 1)
+    threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
+    check_bool("guess", guess)
+    prob = make_problem(cfg, seed)
+    x_test = sample_batch(prob, n_test, seed, split="test").informative
+
+    def accuracy(N: int) -> float:
+        seen = torch.zeros(cfg.V, dtype=torch.bool)
+        seen[sample_batch(prob, N, seed).informative] = True
+        unseen = cfg.V - int(seen.sum())
+        other = 1.0 / unseen if guess and unseen else 0.0
+        return float(torch.where(seen[x_test], 1.0, other).mean())
+
+    return threshold_search(lambda N: accuracy(N) >= threshold, n_min, n_max, resolution).first_true
