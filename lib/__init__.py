@@ -35,6 +35,8 @@ it). Chapter in brackets.
     store          the append-only store of evaluated points (JSON lines, checksums)          [4-7]
     capacity       critical sample size N* on that store (resumable)                         [4-7]
     bootstrap      the bootstrap over seeds of N* on its evaluated grid                      [7]
+    workers        where grid points run: memory checks, the workers' watchdog, the Dask
+                   cluster (probed, memory limits, failures as one line)                     [7]
     sweep          N* over grids of configurations: resumable, parallel, bootstrap N*        [7]
     per_problem    N* problem by problem over a grid (one sweep per problem seed)           [7, 10]
     recall         facts recalled: the trained transformer, the linear memory (trained, Hebbian);

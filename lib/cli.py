@@ -2,11 +2,15 @@
 
 `sweep` takes several values for --V, --d, --L and --m, runs N* for every point of their grid
 (`lib.experiments.sweep`), resumable through --cache and parallel through --jobs (processes here) or
---backend dask [--scheduler ADDRESS] (a Dask cluster); with --json it prints one JSON
-object per grid point, in grid order (the last flag varies fastest: V, then d, then L, then m).
+--backend dask [--scheduler ADDRESS] (a Dask cluster); it prints each grid point's result the moment
+it finishes (with --json: JSON lines, one object per grid point, in the order they finish), so a
+failure later keeps what was printed; a progress bar with an ETA is on stderr when stderr is a
+terminal (--progress / --no-progress to choose).
 
-Invalid values exit with status 2 and one line naming the parameter, e.g.
-`python -m lib train: error: V must be an integer >= 2, got 0`.
+Invalid values, and a sweep that fails (no Dask scheduler at --scheduler, a grid that cannot fit in
+memory, a worker with other code, a lost cluster), exit with status 2 and one line naming the
+parameter, e.g. `python -m lib train: error: V must be an integer >= 2, got 0`. Ctrl-C exits with
+status 130 and one line (whatever the backend); finished points stay in --cache.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+import textwrap
 import time
 from dataclasses import fields
 
@@ -28,6 +33,7 @@ from .core.steps import MODES, StepSizes
 
 
 DEFAULTS = {f.name: f.default for f in fields(TaskConfig)}   # the defaults the help shows
+INTERRUPT = "Invalid values exit with status 2 and one line naming the parameter; Ctrl-C with status 130 and one line."
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -35,6 +41,17 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown (where the help does not already say it, and for flags with a value), the
+    description and the example epilog kept as written (`_text` wraps their prose)."""
+
+    def _get_help_string(self, action):
+        said = "default" in (action.help or "")
+        if action.required or action.default is None or action.default is False or said:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _add_problem_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
@@ -67,7 +84,9 @@ def _add_problem_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
                    help=f"finite mode: |W1 q| when --gamma-w is not given (default {StepSizes.attn_scale:g})")
     p.add_argument("--dtype", default="float32", help="float32 or float64")
     p.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda if present)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help=(
+        "print JSON lines: one JSON object per grid point, on its own line, as each finishes" if multi
+        else "print the result as one JSON object on one line"))
 
 
 def _config(a, V=None, d=None, L=None, m=None) -> TaskConfig:
@@ -80,23 +99,54 @@ def _config(a, V=None, d=None, L=None, m=None) -> TaskConfig:
                       eos_key=a.eos_key, noise_vocab=a.noise_vocab, dtype=a.dtype, device=a.device)
 
 
+def _text(*paragraphs: str) -> str:
+    """Paragraphs wrapped to 79 columns; a paragraph of lines starting with two spaces (examples) as is."""
+    return "\n\n".join(p if p.startswith("  ") else textwrap.fill(p, 79) for p in paragraphs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m lib", description=(
         "Three-step training of one-layer transformers on the token-retrieval task "
-        "(Vural et al., ICLR 2026)."))
+        "(Vural et al., ICLR 2026)."), epilog="python -m lib COMMAND --help: each command's flags and an example.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    t = sub.add_parser("train", help="run the three steps and report test / attention / oracle accuracy")
+    kw = dict(formatter_class=HelpFormatter)
+    t = sub.add_parser("train", help="run the three steps and report test / attention / oracle accuracy", **kw,
+                       description=_text("Train on N samples with the three steps (one problem per seed) and "
+                                         "report test, attention and oracle-attention accuracy, mean and spread "
+                                         "over seeds."),
+                       epilog=_text("example:", "  python -m lib train --V 256 --d 256 --L 16 --N 32768 --seeds 3 "
+                                    "--json", INTERRUPT))
     _add_problem_args(t)
     t.add_argument("--N", type=int, required=True, help="number of training samples")
     t.add_argument("--seeds", type=int, default=1, help="number of seeds (problems) to average over (default 1)")
-    n = sub.add_parser("nstar", help="critical sample size N* reaching an accuracy threshold")
+    n = sub.add_parser("nstar", help="critical sample size N* reaching an accuracy threshold", **kw,
+                       description=_text("The smallest N whose mean test accuracy over seeds reaches --threshold: "
+                                         "doubling from --n-min, then bisection to --resolution; every evaluated "
+                                         "N is kept in --cache (a rerun computes only what is missing)."),
+                       epilog=_text("example:", "  python -m lib nstar --V 128 --d 128 --L 16 --threshold 0.99 "
+                                    "--seeds 3 --cache points.jsonl", INTERRUPT))
     _add_problem_args(n)
     n.add_argument("--seeds", type=int, default=3, help="number of seeds (problems) to average over (default 3)")
     n.add_argument("--threshold", type=float, default=0.99, help="target test accuracy (default 0.99)")
     n.add_argument("--n-min", type=int, default=None, help="first N tried (default V)")
     n.add_argument("--n-max", type=int, default=2 ** 20, help="give up above this N (default 2^20)")
     _add_search_args(n)
-    w = sub.add_parser("sweep", help="N* for every point of a grid over V, d, L (and m): resumable, parallel")
+    w = sub.add_parser("sweep", help="N* for every point of a grid over V, d, L (and m): resumable, parallel",
+                       **kw, description=_text(
+                           "N* for every point of the grid of --V, --d, --L (and --m) values. Each grid point's "
+                           "result is printed the moment it finishes (--json: JSON lines, one object per grid "
+                           "point, in the order they finish); every evaluated N is appended to --cache at once, "
+                           "so a rerun after a failure or Ctrl-C computes only what is missing. The grid's "
+                           "memory (its largest point searched up to --n-max) is checked before any work, and "
+                           "on a Dask cluster against each worker's memory_limit."),
+                       epilog=_text(
+                           "examples:",
+                           "  python -m lib sweep --V 64 128 --d 32 64 --L 8 32 --cache points.jsonl --jobs 2\n"
+                           "  python -m lib sweep --V 256 512 --d 64 128 --L 8 16 --cache /shared/points.jsonl \\\n"
+                           "      --backend dask --scheduler tcp://10.0.0.1:8786 --json > nstar.jsonl",
+                           "A sweep that fails (no Dask scheduler at --scheduler, a grid that cannot fit, a worker "
+                           "with other code, a lost cluster) exits with status 2 and one line; Ctrl-C exits with "
+                           "status 130 and one line, whatever the backend. Finished points stay in --cache."))
     _add_problem_args(w, multi=True)
     w.add_argument("--seeds", type=int, default=3, help="number of seeds (problems) to average over (default 3)")
     w.add_argument("--threshold", type=float, default=0.99, help="target test accuracy (default 0.99)")
@@ -111,14 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--scheduler", default=None,
                    help="with --backend dask: the address of a running Dask scheduler (tcp://host:8786) to join "
                         "instead of starting a local cluster")
-    w.add_argument("--progress", action="store_true", help="a progress bar over grid points on stderr")
+    w.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar over grid points with an ETA on stderr (default: on when stderr is a terminal)")
     return parser
 
 
 def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resolution", type=float, default=0.05,
                    help="bisect until the bracket is within this fraction of N* (default 0.05)")
-    p.add_argument("--cache", default=None, help="JSON-lines store of evaluated points (crash-safe, resumable)")
+    p.add_argument("--cache", default=None, help="JSON-lines store of evaluated points (crash-safe, resumable; "
+                   "a relative path is made absolute here, so Dask workers write the same file)")
 
 
 def _step_sizes(a) -> StepSizes:
@@ -159,20 +211,32 @@ def _strict(point: dict, mode: str) -> dict:
 def _sweep(a) -> None:
     ms = a.m if a.m is not None else [None]
     configs = [_config(a, V, d, L, m) for V in a.V for d in a.d for L in a.L for m in ms]
-    points = sweep_engine.sweep(configs, threshold=a.threshold, seeds=a.seeds, seed=a.seed, mode=a.mode,
-                                step_sizes=_step_sizes(a), n_min=a.n_min, n_max=a.n_max,
-                                resolution=a.resolution, n_test=a.n_test, cache=a.cache, jobs=a.jobs,
-                                progress=a.progress, backend=a.backend, scheduler=a.scheduler)
-    for p in points:
+    progress = sys.stderr.isatty() if a.progress is None else a.progress
+
+    def show(_, p):                            # each point the moment it finishes: kept if a later one fails
         if a.json:
-            print(json.dumps(p.as_dict()))
-        else:
-            found = p.nstar if p.nstar is not None else f"not reached by --n-max {a.n_max}"
-            interval = "" if p.nstar_q10 == p.nstar_q90 == p.nstar else \
-                f"  [10-90 %: {p.nstar_q10 if p.nstar_q10 is not None else '-'}, " \
-                f"{p.nstar_q90 if p.nstar_q90 is not None else 'not reached'}]"
-            print(f"{p.model} V={p.V} d={p.d} L={p.L}" + (f" m={p.m}" if p.m is not None else "")
-                  + f"  N* = {found}{interval}  ({len(p.points)} points, {p.computed} computed, {p.seconds:.1f} s)")
+            print(json.dumps(p.as_dict()), flush=True)
+            return
+        found = p.nstar if p.nstar is not None else f"not reached by --n-max {a.n_max}"
+        interval = "" if p.nstar_q10 == p.nstar_q90 == p.nstar else \
+            f"  [10-90 %: {p.nstar_q10 if p.nstar_q10 is not None else '-'}, " \
+            f"{p.nstar_q90 if p.nstar_q90 is not None else 'not reached'}]"
+        print(f"{p.model} V={p.V} d={p.d} L={p.L}" + (f" m={p.m}" if p.m is not None else "")
+              + f"  N* = {found}{interval}  ({len(p.points)} points, {p.computed} computed, {p.seconds:.1f} s)",
+              flush=True)
+    try:
+        sweep_engine.sweep(configs, threshold=a.threshold, seeds=a.seeds, seed=a.seed, mode=a.mode,
+                           step_sizes=_step_sizes(a), n_min=a.n_min, n_max=a.n_max, resolution=a.resolution,
+                           n_test=a.n_test, cache=a.cache, jobs=a.jobs, progress=progress, backend=a.backend,
+                           scheduler=a.scheduler, on_point=show)
+    except (ValueError, sweep_engine.ClusterError) as err:
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        for flag in ("scheduler",):                               # the flag, as the user typed it
+            if msg.startswith(f"{flag} "):
+                msg = f"--{flag.replace('_', '-')}{msg[len(flag):]}"
+        if isinstance(err, sweep_engine.ClusterError) and a.cache:
+            msg += f" (finished points are kept in {a.cache})"
+        raise ValueError(msg) from None
 
 
 def main(argv=None) -> int:

@@ -37,6 +37,10 @@ def strip(points):
             for p in points]
 
 
+def grid_order(point):
+    return point["V"], point["d"], point["L"], point["m"] or 0
+
+
 def lines(path):
     return sum(1 for _ in open(path, "rb")) if os.path.exists(path) else 0
 
@@ -139,19 +143,19 @@ def test_a_killed_dask_sweep_leaves_no_worker_and_resumes(tmp_path, slow_referen
     assert 0 < done < total
     out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    resumed = [json.loads(line) for line in out.stdout.splitlines()]
-    assert strip(resumed) == strip(slow_reference)
+    resumed = [json.loads(line) for line in out.stdout.splitlines()]         # in the order they finished
+    assert sorted(strip(resumed), key=grid_order) == strip(slow_reference)
     assert sum(p["computed"] for p in resumed) == total - done        # nothing finished is recomputed
 
 
 def test_cli_dask_errors_are_one_line(monkeypatch, capsys):
     """No cluster at the address: one line naming the scheduler, after the connect timeout."""
     from lib.cli import main
-    monkeypatch.setattr(lib.experiments.sweep, "CONNECT_TIMEOUT", "1s")
+    monkeypatch.setattr(lib.experiments.workers, "CONNECT_TIMEOUT", "1s")
     rc = main(["sweep", "--V", "16", "--d", "8", "--L", "4", "--device", "cpu", "--backend", "dask",
                "--scheduler", "tcp://127.0.0.1:9"])
     err = capsys.readouterr().err
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and "scheduler tcp://127.0.0.1:9" in err, err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--scheduler tcp://127.0.0.1:9" in err, err
 
 
 def test_help_offers_the_backends_that_run_here(capsys):
@@ -196,11 +200,11 @@ def test_loky_workers_die_with_their_parent(tmp_path, slow_reference):
 
 def test_a_task_reaching_a_worker_after_its_parent_died_ends_the_worker():
     """The parent of a worker can die while the worker still imports; the task it then receives
-    must not run: _die_with_parent of a parent that is gone ends the process at once (status 1,
+    must not run: die_with_parent of a parent that is gone ends the process at once (status 1,
     nothing after it runs), and a live parent starts the watchdog and returns."""
-    code = ("import os, sys, lib.experiments.sweep as s; s._die_with_parent(os.getppid()); print('watching'); "
+    code = ("import os, sys, lib.experiments.workers as s; s.die_with_parent(os.getppid()); print('watching'); "
             "sys.stdout.flush(); gone = subprocess.Popen(['true']); gone.wait(); "
-            "s._watched = None; s._die_with_parent(gone.pid); print('computed anyway')")
+            "s._watched = None; s.die_with_parent(gone.pid); print('computed anyway')")
     out = subprocess.run([sys.executable, "-c", "import subprocess; " + code], capture_output=True, text=True,
                          env=ENV, timeout=120)
     assert out.returncode == 1 and out.stdout.split() == ["watching"], (out.returncode, out.stdout, out.stderr)

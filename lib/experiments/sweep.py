@@ -22,23 +22,14 @@ K cores without oversubscription). Workers append to the same store: each record
 whole line on an O_APPEND descriptor under flock, so records never interleave.
 
 Beyond one machine: backend="dask" (`python -m lib sweep --backend dask`) runs the grid points as
-tasks of a Dask cluster (`dask[distributed]`, the `dask` extra). With scheduler=None it starts a
-`distributed.LocalCluster` of `jobs` worker processes (one thread each, on 127.0.0.1) and closes
-it at the end; with scheduler="tcp://host:8786" it joins that cluster (`distributed.Client`), whose
-workers (`dask worker tcp://host:8786` on each machine) must import this `lib` and see the store's
-file under the same path (a shared filesystem). A user's own `with joblib.parallel_backend(...)`
-context (any joblib backend, after its setup) is used when backend=None and jobs != 1.
+tasks of a Dask cluster, started here (`jobs` workers) or joined by address (scheduler=...); a user's
+own `with joblib.parallel_backend(...)` context is used when backend=None and jobs != 1. Worker
+processes the sweep started die with it; a cluster joined by address drops a killed sweep's tasks.
+How (and memory checked before any work, failures as one line): `lib.experiments.workers`.
 
-Workers die with their parent. A worker process the sweep started (loky, joblib's multiprocessing,
-or the LocalCluster's) is a child of the sweeping process; it runs a watchdog thread that polls
-`os.getppid()` every 0.1 s and ends the worker (`os._exit`) once the parent is gone, and a task
-that reaches a worker after its parent died ends the worker before it computes anything. So a
-parent killed by SIGKILL leaves no worker computing or appending (the store's line in flight is one
-`os.write`: written whole or not at all). Workers of a cluster joined by address belong to that
-cluster and are left running; there the scheduler cancels a killed sweep's tasks (about a second
-after its client is gone), a task not started never starts, and a running one checks before each
-point it would compute (`Store.guard`) and stops: at most the point in flight per worker is
-appended after the kill.
+Results stream. `on_point(index, point)` is called as each grid point finishes (completion order;
+input order with jobs = 1), so a caller keeps every finished point when a later one fails; the
+store keeps them too, and a rerun reads them back.
 
 Concurrent sweeps share work. Before computing a point, a worker claims it (an exclusive flock on
 a file of `<cache>.claims/`, one per point) and re-reads what other processes appended to the store
@@ -64,7 +55,6 @@ from __future__ import annotations
 import math
 import os
 import socket
-import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 
@@ -73,17 +63,16 @@ import numpy as np
 from .bootstrap import BOOTSTRAP, _randint, bootstrap_nstar  # noqa: F401  (re-exported from lib.experiments.sweep)
 from .capacity import METRICS, nstar as nstar_search
 from .experiment import run
-from ..core.config import TaskConfig, check_bool, check_float, check_int, check_memory
+from ..core.config import TaskConfig, check_bool, check_float, check_int
 from ..learning.evaluate import N_TEST
 from ..core.seed import get_draw, set_draw
 from ..core.steps import StepSizes
 from .store import Store, code_hash, point_prefix   # code_hash: lib.experiments.codehash
+from .workers import (WORKER_BYTES, Abandoned, ClusterError, check_grid_memory, dask_guard,  # noqa: F401
+                      dask_results, die_with_parent, point_bytes, worker_hash_check)
 
 CONFIG_FIELDS = tuple(f.name for f in fields(TaskConfig) if f.name != "device")
 BACKENDS = ("loky", "threading", "dask")    # the backends sweep() accepts by name
-WATCH_SECONDS = 0.1                    # how often a worker checks that its parent is alive
-CONNECT_TIMEOUT = "20s"                # how long to try to reach a Dask scheduler given by address
-WORKER_BYTES = 380 * 2 ** 20           # one worker before its first point (347-416 MiB, bench/bench_point.py)
 
 
 def grid(base: TaskConfig, **axes) -> list[TaskConfig]:
@@ -160,16 +149,15 @@ def _one(cfg: TaskConfig, store: Store, opts: dict, parent: tuple | None = None)
     parent: (host, pid, own) of the sweeping process; in another process the worker takes one torch
     thread and the parent's draw, and a worker the sweep started itself (own: its child) watches its
     parent and ends with it (see the module docstring)."""
-    if opts.get("code") != code_hash("points"):        # other code would store wrong points under our keys
-        raise ValueError(f"this worker's lib differs from the sweep's ({opts.get('code')}): use one checkout")
+    worker_hash_check(opts.get("code"))                # other code would store wrong points under our keys
     if parent is not None and (socket.gethostname(), os.getpid()) != tuple(parent[:2]):   # another process
         import torch
         torch.set_num_threads(1)
         set_draw(opts["draw"])                             # the parent's draw, whenever the worker started
         if parent[2] and socket.gethostname() == parent[0]:
-            _die_with_parent(parent[1])
+            die_with_parent(parent[1])
         elif not parent[2]:
-            store.guard = _dask_guard()                    # a cluster's worker: stop when the sweep is gone
+            store.guard = dask_guard()                    # a cluster's worker: stop when the sweep is gone
     t0 = time.perf_counter()
     res = nstar_search(cfg, opts["threshold"], seeds=opts["seeds"], seed=opts["seed"], n_min=opts["n_min"],
                        n_max=opts["n_max"], mode=opts["mode"], n_test=opts["n_test"],
@@ -194,9 +182,11 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
           mode: str = "limit", step_sizes: StepSizes = StepSizes(), n_min: int | None = None,
           n_max: int = 2 ** 20, resolution: float = 0.05, n_test: int = N_TEST, cache: str | None = None,
           jobs: int = 1, progress: bool = False, backend: str | None = None, scheduler: str | None = None,
-          training=None, metric: str = "acc", read_also: str | None = None) -> list[SweepPoint]:
+          training=None, metric: str = "acc", read_also: str | None = None, on_point=None) -> list[SweepPoint]:
     """N* of every configuration, in input order (see the module docstring for store and parallelism).
 
+    Before any work, the grid's largest point searched up to n_max must fit in the memory available
+    (`lib.experiments.workers.check_grid_memory`), else a ValueError naming n_max or jobs.
     jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores; never more workers than
     configurations, and refused when that many worker processes cannot fit in the memory
     available): joblib with `backend` (one of BACKENDS; default: joblib's current one, loky
@@ -208,7 +198,8 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     it is part of the store key. metric: the accuracy that must reach the threshold, "acc" (recall, the
     default), "att_acc" (attention alone) or "oracle_acc" (see lib.experiments.capacity.nstar); the store's
     points hold all three, so sweeps on different metrics share them. read_also: a second store file whose
-    points are read but never written (a store shipped with the book; see `Store`).
+    points are read but never written (a store shipped with the book; see `Store`). on_point: called
+    as on_point(index, point) the moment each grid point finishes (with progress, the bar steps aside).
     """
     if isinstance(configs, TaskConfig) or not isinstance(configs, (list, tuple)):
         raise ValueError(f"configs must be a list of TaskConfig, got {type(configs).__name__}")
@@ -225,6 +216,8 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
         raise ValueError(f"jobs must be a positive integer or -1 (all cores), got {jobs!r}")
     check_bool("progress", progress)
+    if on_point is not None and not callable(on_point):
+        raise ValueError(f"on_point must be a function of (index, point) or None, got {on_point!r}")
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     if backend is not None and (not isinstance(backend, str) or backend not in BACKENDS):
@@ -243,19 +236,24 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     opts = dict(threshold=threshold, seeds=seeds, seed=seed, n_min=n_min, n_max=n_max, mode=mode,
                 n_test=n_test, resolution=resolution, step_sizes=step_sizes, training=training, draw=get_draw(),
                 metric=metric, code=code_hash("points"))
-    if jobs != 1 and _own_workers(backend, jobs, scheduler):
+    if jobs != 1 and (_own_workers(backend, jobs, scheduler) or backend == "threading"):
         jobs = min((os.cpu_count() or 1) if jobs == -1 else jobs, max(1, len(configs)))   # no idle workers
-        check_memory("jobs", jobs, jobs * WORKER_BYTES, f"{jobs} worker processes (Python with torch, "
-                     f"{WORKER_BYTES / 2 ** 20:.0f} MiB each before their first point)")
+    own = _own_workers(backend, jobs, scheduler)
+    names = [f"V={c.V} d={c.d} L={c.L}" + (f" m={c.m}" if c.m is not None else "") for c in configs]
+    need = [point_bytes(c, n_max, n_test, mode) for c in configs]
+    if scheduler is None:                                             # a joined cluster: its workers' limits
+        check_grid_memory(names, need, n_max, processes=jobs if own else 0,
+                          threads=jobs if backend == "threading" else 1)
     store = Store(cache, read_also=read_also)
     from tqdm import tqdm
     bar = tqdm(total=len(configs), desc="N* sweep", unit="point", disable=not progress)
     out: list = [None] * len(configs)
-    parent = (socket.gethostname(), os.getpid(), _own_workers(backend, jobs, scheduler))
+    parent = (socket.gethostname(), os.getpid(), own)
     results = None
     try:
         if backend == "dask":
-            results = _dask_run(configs, store, prefixes, opts, parent, jobs, scheduler)
+            results = dask_results(_indexed, [(i, c, store.subset(prefixes[i]), opts, parent)
+                                              for i, c in enumerate(configs)], names, need, jobs, scheduler)
         elif jobs == 1 and backend is None:
             results = ((i, _one(c, store.subset(prefixes[i]), opts)) for i, c in enumerate(configs))
         else:
@@ -265,6 +263,9 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
                           for i, c in enumerate(configs))
         for i, point in results:
             out[i] = point
+            if on_point is not None:
+                with tqdm.external_write_mode():                      # the bar steps aside for the caller's line
+                    on_point(i, point)
             bar.update(1)
     finally:
         if hasattr(results, "close"):              # a generator: stop its workers / close its cluster now
@@ -297,71 +298,6 @@ def _indexed(i, cfg, store, opts, parent):
     return i, _one(cfg, store, opts, parent)
 
 
-def _dask_run(configs, store, prefixes, opts, parent, jobs, scheduler):
-    """(index, SweepPoint) pairs as the tasks finish on a Dask cluster: a LocalCluster of `jobs`
-    single-threaded worker processes started here (and closed at the end), or the cluster at
-    `scheduler`. A generator: the cluster lives while the caller iterates."""
-    try:
-        import distributed
-    except ImportError:
-        raise ValueError("backend 'dask' needs dask[distributed]: pip install 'dask[distributed]' "
-                         "(the 'dask' extra of this package)") from None
-    import logging
-    cluster = None
-    if scheduler is None:
-        n = (os.cpu_count() or 1) if jobs == -1 else jobs
-        log = logging.getLogger("distributed")
-        level = log.level
-        log.setLevel(logging.ERROR)                                   # no start/stop chatter on stderr
-        try:
-            cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                               host="127.0.0.1", dashboard_address=None)
-            client = distributed.Client(cluster)
-        except BaseException:
-            if cluster is not None:
-                cluster.close()
-            log.setLevel(level)
-            raise
-    else:
-        try:
-            client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT)
-        except (OSError, TimeoutError, ValueError) as err:
-            raise ValueError(f"scheduler {scheduler}: no Dask cluster answers there "
-                             f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
-    try:
-        futures = [client.submit(_indexed, i, c, store.subset(prefixes[i]), opts, parent, pure=False)
-                   for i, c in enumerate(configs)]
-        for future in distributed.as_completed(futures):
-            yield future.result()
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
-            log.setLevel(level)
-
-
-class Abandoned(RuntimeError):
-    """The sweep that asked for a grid point is gone: its task stops before the next point."""
-
-
-def _dask_guard():
-    """On a Dask worker of a cluster the sweep does not own: a check, run before each point is
-    computed, that raises Abandoned once the scheduler has cancelled this task (its client, the
-    sweep, disconnected or was killed: about a second after). None elsewhere."""
-    try:
-        from distributed import get_worker
-        from distributed.worker import thread_state
-        worker, key = get_worker(), thread_state.key
-    except (ImportError, ValueError, AttributeError):
-        return None
-
-    def guard():
-        task = worker.state.tasks.get(key)
-        if task is None or task.state == "cancelled":
-            raise Abandoned(f"grid point task {key}: its sweep is gone; stopping before the next point")
-    return guard
-
-
 def _own_workers(backend, jobs, scheduler) -> bool:
     """Are the worker processes started by this sweep, as children of this process? loky (by name,
     or as joblib's active backend), joblib's multiprocessing (as the active backend) and the dask
@@ -376,46 +312,6 @@ def _own_workers(backend, jobs, scheduler) -> bool:
         name = type(get_active_backend()[0]).__name__
         return name in ("LokyBackend", "MultiprocessingBackend")
     return backend == "loky"
-
-
-_watched: int | None = None                    # the parent pid this process's watchdog watches
-
-
-def _die_with_parent(parent: int) -> None:
-    """End this worker process when `parent`, the process that started it, is gone: at once if it
-    is gone already (a task can arrive after its sender died), else from a daemon thread (started
-    once per process) polling every WATCH_SECONDS. A direct child (loky's workers, the
-    LocalCluster's under the default "spawn") watches os.getppid(): a child outliving its parent is
-    re-parented, so it changes, and no pid reuse can fool this; a worker started through an
-    intermediary (a "forkserver") watches whether the pid still exists. os._exit: no cleanup that
-    could block or append; the store's line in flight is one os.write, written whole or not at all."""
-    global _watched
-    direct = os.getppid() == parent
-    if not _alive(parent, direct):
-        os._exit(1)
-    if _watched == parent:
-        return
-    _watched = parent
-
-    def watch():
-        while _alive(parent, direct):
-            time.sleep(WATCH_SECONDS)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="lib-sweep-parent-watchdog", daemon=True).start()
-
-
-def _alive(pid: int, direct: bool) -> bool:
-    """Is the process `pid` still there (our parent when `direct`)?"""
-    if direct:
-        return os.getppid() == pid
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:                        # exists, under another user
-        return True
-    return True
 
 
 def table(points: list[SweepPoint]) -> dict[str, np.ndarray]:
