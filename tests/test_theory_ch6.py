@@ -110,3 +110,24 @@ def test_arguments_are_validated():
         orthogonal_recall(torch.tensor([1.0]), 1.0)
     with pytest.raises(ValueError, match="tau2"):
         orthogonal_recall(torch.tensor([1.0, 2.0]), -1.0)
+    with pytest.raises(ValueError, match="N"):
+        refined_memory_moments(10, 4, -math.inf)
+
+
+@pytest.mark.parametrize("term", ["crosstalk", "crosstalk_y", "trigger_key", "mean_bias"])
+def test_the_accuracy_reads_the_moments_it_is_built_on(term, monkeypatch):
+    """One copy of the term variances: the accuracy heuristic takes them from refined_memory_moments, so
+    doubling one there moves the predicted accuracy (and lowers it: more noise), at a size where every
+    term matters (V = 128, d = 64, N = 2000, trigger in the value path)."""
+    import lib.theory.ch06_refined_memory as ch6
+    base = ch6.refined_memory_accuracy(128, 64, 2000, 1.0)
+    real = ch6.refined_memory_moments
+    monkeypatch.setattr(ch6, "refined_memory_moments",
+                        lambda *a: {k: v * (2 if k == term else 1) for k, v in real(*a).items()})
+    assert ch6.refined_memory_accuracy(128, 64, 2000, 1.0) < base - 1e-3
+
+
+def test_the_limit_moments_are_the_large_n_moments():
+    far, lim = refined_memory_moments(128, 64, 2 ** 60, 1.0), refined_memory_moments(128, 64, math.inf, 1.0)
+    assert lim["mean_bias"] == lim["finite_sample"] == 0.0
+    assert all(math.isclose(far[k], lim[k], rel_tol=1e-12, abs_tol=1e-15) for k in lim)

@@ -37,11 +37,13 @@ def refined_memory_moments(V: int, d: int, N: int, s2: float = 1.0) -> dict:
       mean_bias     q (1 + (V + 1)/d) (s2^2 + s2/d)
       finite_sample q (1 + 2/d)^2                    (at the correct label)
 
-    s2 = |s|^2 (tau^2 |z|^2 with the trigger in the value path, 0 without). Returns these as a dict.
+    s2 = |s|^2 (tau^2 |z|^2 with the trigger in the value path, 0 without). N = math.inf gives the
+    limit (q = 0, r = 1). Returns these as a dict.
     """
-    V, d, N = check_int("V", V, 2), check_int("d", d, 1), check_int("N", N, 1)
+    V, d = check_int("V", V, 2), check_int("d", d, 1)
+    N = math.inf if isinstance(N, float) and math.isinf(N) and N > 0 else check_int("N", N, 1)
     s2 = _check_s2(s2)
-    q, r = (V - 1) / (V * V * N), 1 + (V - 1) / N
+    q, r = (0.0, 1.0) if math.isinf(N) else ((V - 1) / (V * V * N), 1 + (V - 1) / N)
     return {
         "signal_mean": 1 / V,
         "signal_var": 2 / (d * V * V),
@@ -105,21 +107,24 @@ def refined_memory_accuracy(V: int, d: int, N: float, s2: float = 1.0) -> float:
     a, wa = a[keep], wa[keep]
     b, wb = a.clone(), wa.clone()                                          # b = |u_y|^2, same law
     if math.isinf(N):
-        q, r = 0.0, 1.0
         rho, p = torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
     else:
         N = int(N)
-        q, r = (V - 1) / (V * V * N), 1 + (V - 1) / N
         rho, p = _binned_counts(N, V)
         keep = p > _NEGLIGIBLE
         rho, p = rho[keep], p[keep]
+    m = {k: V * V * v for k, v in refined_memory_moments(V, d, N, s2).items()}   # every term times V^2
     rho, a, b = rho[:, None, None, None], a[None, :, None, None], b[None, None, :, None]
-    tk = r * s2 * ((1 + 2 / d) / d + (V - 1) / d ** 2)                     # V^2 trigger_key
-    mb_off = V * V * q * (1 + (V + 1) / d) * (s2 * s2 + s2 * a / d)        # V^2 mean_bias at a wrong label
-    mb_y = V * V * q * (V + 1) / d * (s2 * s2 + s2 * a / d)                # rest at the correct label
+    # the mean bias given a = |e_x|^2 (its factor s2^2 + s2/d becomes s2^2 + s2 a/d), at a wrong label, and
+    # the part of it at the correct label not carried by the input's own count
+    mb_off = m["mean_bias"] * ((s2 * s2 + s2 * a / d) / (s2 * s2 + s2 / d) if s2 > 0 else 0 * a)
+    mb_y = mb_off * ((V + 1) / d) / (1 + (V + 1) / d)
     mu = b * (rho * a + (rho - 1) * s2)
-    var_y = r * (V - 1) / d ** 2 * a + tk + mb_y
-    var_perp = r * ((1 + 2 / d) * a / d + (V - 2) * a / d ** 2) + tk + mb_off
+    var_y = m["crosstalk_y"] * a + m["trigger_key"] + mb_y
+    # the wrong-label cross-talk given a: its moment less the output overlap u_k . u_y |e_x|^2 (half of its
+    # 2 (1 + 2/d)/d), which enters through xi_y below; the rest is the correct label's (V - 2)/(V - 1) share
+    ct_perp = (m["crosstalk"] + m["crosstalk_y"] * (V - 2) / (V - 1)) / 2
+    var_perp = ct_perp * a + m["trigger_key"] + mb_off
     xi = mu + var_y.sqrt() * z                                             # V xi_y, (n, a, b, z)
     sd = (var_perp + xi * xi / (b * d)).sqrt()
     P = ((0.5 * torch.erfc(xi / (-math.sqrt(2.0) * sd))) ** (V - 1) * w).sum(-1)   # Phi(xi / sd)^(V-1), (n, a, b)
