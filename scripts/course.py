@@ -17,7 +17,7 @@ each notebook, after removing the solution-wrapper cells (the dropdown fences), 
 glued numbers as `source` does.
 `grade` executes a notebook and scores its check cells; before executing, it puts back the
 instructor's version of every check cell (matched by grade_id), so hidden tests count and an edited
-check cell does not. Written answers are not scored (their points are reported, to grade by hand).
+check cell does not; each check runs in a clean process fed the answers as data (course_guard.py). Written answers are not scored (their points are reported, to grade by hand).
 `score` is its one scoring rule (nbgrader's determine_grade over the check cells, a deleted check
 cell counted 0); `grade_execution` applies it to the book build's own execution of a chapter
 (_build/jupyter_execute/book), which the tests take instead of executing the chapter again.
@@ -342,10 +342,16 @@ def restore_checks(nb, instructor):
     return sorted(set(ref) - seen)
 
 
-def execute(nb, cwd: pathlib.Path, timeout: int = 600):
-    """Run every cell, errors allowed (nbgrader's Execute), in the working directory cwd."""
+def execute(nb, cwd: pathlib.Path, timeout: int = 600, instructor=None):
+    """Run every cell, errors allowed (nbgrader's Execute), in the working directory cwd; with the
+    instructor notebook, each check cell runs in a clean process (scripts/course_guard.py)."""
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    ex = Execute(timeout=timeout, kernel_name="python3")
+    if instructor is None:
+        ex = Execute(timeout=timeout, kernel_name="python3")
+    else:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from course_guard import GuardedExecute
+        ex = GuardedExecute(timeout=timeout, kernel_name="python3", instructor=instructor)
     nb, _ = ex.preprocess(nb, {"metadata": {"path": str(cwd)}})
     return nb
 
@@ -368,7 +374,7 @@ def grade(path: pathlib.Path, source: pathlib.Path = BOOK) -> tuple[float, float
     # the kernel inherits this process's environment; patch.dict gives this process its own back
     with mock.patch.dict(os.environ, {var: os.environ.get(var, "1") for var in ONE_THREAD}), \
             tempfile.TemporaryDirectory(prefix="grade-") as scratch:
-        nb = execute(nb, pathlib.Path(scratch))
+        nb = execute(nb, pathlib.Path(scratch), instructor=instructor)
     return (*score(nb, instructor), nb)
 
 

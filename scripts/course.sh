@@ -13,6 +13,7 @@
 #       assignment lacks, or an earlier copy of a duplicated one, loses its nbgrader metadata: nbgrader
 #       would refuse the whole notebook), students added to the gradebook
 #   bash scripts/course.sh autograde COURSE [ASSIGNMENT ...] nbgrader autograde, one thread -> gradebook.db
+#       (each check cell runs in a clean process, fed the student's answers as data: course_guard.py)
 #   bash scripts/course.sh export COURSE OUT.csv             one row per student, assignment and grade cell
 #   bash scripts/course.sh feedback COURSE [ASSIGNMENT ...]  nbgrader generate_feedback -> COURSE/feedback/
 #
@@ -72,6 +73,14 @@ from course_feedback import HideHiddenTests
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import GetGrades
 c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+# each check cell runs in a clean process fed the student's answers as plain data
+# (scripts/course_guard.py): a student cell cannot strip asserts or patch lib or builtins for it
+from course_guard import GuardedExecute
+from nbgrader.converters import Autograde
+from nbgrader.preprocessors import Execute
+c.Autograde.autograde_preprocessors = [GuardedExecute if p is Execute else p
+                                       for p in Autograde.class_traits()["autograde_preprocessors"].default()]
+c.GuardedExecute.source_dir = "$course/source"
 EOF
     # relative chapter paths are taken from where the command was run
     "$py" "$root/scripts/course.py" source ${opts[@]+"${opts[@]}"} "$course/source" ${files[@]+"${files[@]}"}

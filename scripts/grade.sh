@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Execute each notebook (errors allowed) with the instructor's check cells restored from book/
 # (matched by grade_id, so hidden tests count), and print one line per notebook: NAME: S/M.
+# Each check cell runs in a clean process fed the student's answers as data (scripts/course_guard.py),
+# as nbgrader's autograde does under scripts/course.sh.
 #   bash scripts/grade.sh NOTEBOOK [NOTEBOOK ...]   (e.g. a student's 02_interference.ipynb)
 set -euo pipefail
 here=$(pwd)

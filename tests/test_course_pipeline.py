@@ -4,7 +4,9 @@ students, released, collected, autograded, exported per exercise and given feedb
 nbgrader's own generate_assignment, run on every chapter as it is in book/, releases no solution.
 
 The mock course executes chapter 1 three times, one thread each (fixture 155 to 200 s on two cores
-shared with other work); the release of every chapter takes 15 to 25 s: 3 to 4 minutes in all.
+shared with other work); the release of every chapter takes 15 to 25 s. Five more students tamper with
+the grading (CHEATS: short notebooks, about 10 s each to grade), graded by autograde, by grade.sh and,
+as a control, in their own kernel: with them, 8 tests took 10 minutes on two loaded cores.
 """
 
 import copy
@@ -115,6 +117,61 @@ def _fill(released, source, labels, answers=True):
     return nb
 
 
+# Students who tamper with grading (chapter 1; nothing, or wrong values, answered). Under nbgrader's own
+# Execute each of them gained points (a, b: every check; c: the two checks that call lib.evaluate; d: the
+# four float checks; e: the three checks that use abs); with the checks run in a clean process
+# (scripts/course_guard.py) each scores 0 on every exercise.
+CHEATS = {
+    "strip_input": ('import re\n'
+                    'get_ipython().input_transformers_post.append(\n'
+                    '    lambda lines: [re.sub(r"^(\\s*)assert\\b.*$", r"\\1pass", l) for l in lines])'),
+    "strip_ast": ('import ast\n'
+                  'class _NoAsserts(ast.NodeTransformer):\n'
+                  '    def visit_Assert(self, node):\n'
+                  '        return ast.Pass()\n'
+                  'get_ipython().ast_transformers.append(_NoAsserts())'),
+    "patch_lib": ('import types, lib\n'
+                  'lib.evaluate = lambda *a, **k: types.SimpleNamespace(acc=1.0, att_acc=1.0, oracle_acc=0.5)\n'
+                  'beta_min = 0.0\n'
+                  'with_trig = without_trig = 0.5'),
+    "magic_float": ('class Magic(float):\n'
+                    '    _n = 1e6\n'
+                    '    def _true(self, other):\n'
+                    '        return True\n'
+                    '    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = _true\n'
+                    '    __hash__ = float.__hash__\n'
+                    '    def __sub__(self, other):\n'
+                    '        return Magic(0.0)\n'
+                    '    __rsub__ = __sub__\n'
+                    '    def __abs__(self):\n'
+                    '        return Magic(0.0)\n'
+                    '    def __float__(self):\n'
+                    '        Magic._n -= 1\n'
+                    '        return Magic._n\n'
+                    'beta_min, bayes_exact, with_trig, without_trig = Magic(4.0), Magic(0.9), Magic(0.5), Magic(0.5)\n'
+                    'def keyed_bias_var(V, d):\n'
+                    '    return Magic(1.0)\n'
+                    'bias_beats_signal = False'),
+    "patch_builtins": ('import builtins\n'
+                       'builtins.abs = lambda x: 0.0\n'
+                       'builtins.all = lambda iterable: True\n'
+                       'beta_min, bayes_exact, with_trig, without_trig = 0.0, 0.5, 0.5, 0.5\n'
+                       'def keyed_bias_var(V, d):\n'
+                       '    return float(V)\n'
+                       'bias_beats_signal = False'),
+}
+
+
+def cheat_notebook(released, code):
+    """The released chapter with its computations after the imports deleted (a student may delete
+    cells), the exercises unanswered, and one cell of code after the imports."""
+    nb = copy.deepcopy(released)
+    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells = [c for i, c in enumerate(nb.cells) if c.cell_type != "code" or i == first or "nbgrader" in c.metadata]
+    nb.cells.insert(first + 1, nbformat.v4.new_code_cell(code))
+    return nb
+
+
 @pytest.fixture(scope="module")
 def mock_course(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("course")
@@ -144,7 +201,8 @@ def mock_course(tmp_path_factory):
     dup.source, dup.id = 'print("correct")', "fakedup1"
     carol.cells.insert(checks[f"{labels[2]}-check"] + 1, dup)
     carol.cells.insert(checks[f"{half[1]}-check"] + 1, fake)
-    students = {"alice": _fill(released, source, labels), "bob": released, "carol": carol}
+    students = {"alice": _fill(released, source, labels), "bob": released, "carol": carol,
+                **{f"cheat_{k}": cheat_notebook(released, code) for k, code in CHEATS.items()}}
     for s, nb in students.items():
         (subs / s).mkdir(parents=True)
         nbformat.write(nb, subs / s / f"{A}.ipynb")
@@ -159,12 +217,14 @@ def mock_course(tmp_path_factory):
         rows = [r for r in csv.DictReader(f) if r["assignment"] == A]
     return dict(course=c, source=source, released=released, labels=labels, half=half, rows=rows,
                 before=before, after=after, log=grade.stdout + grade.stderr,
-                collected=collected.stdout)
+                collected=collected.stdout, subs=subs)
 
 
-def _by_student(rows):
+def _by_student(rows, cheats=False):
     out = {}
     for r in rows:
+        if r["student"].startswith("cheat_") != cheats:
+            continue
         assert r["assignment"] == A and r["notebook"] == A
         out.setdefault(r["student"], []).append((r["grade_id"], float(r["score"]), float(r["max_score"]),
                                                  r["needs_manual_grade"]))
@@ -248,3 +308,46 @@ def test_course_script_usage():
     r = subprocess.run(["bash", str(COURSE_SH), "autograde", "/nonexistent/course"], capture_output=True,
                        text=True, env=ENV)
     assert r.returncode == 2 and "no course folder" in r.stderr
+
+
+# the points each tampering student gains when the checks run in the student's own kernel (nbgrader's Execute)
+IN_KERNEL = {"strip_input": 7, "strip_ast": 7, "patch_lib": 2, "magic_float": 4, "patch_builtins": 3}
+
+
+def test_tampering_scores_zero_under_autograde(mock_course):
+    """Each student who strips asserts, patches lib or builtins, or answers with a lying float subclass
+    scores 0 on every exercise in nbgrader's gradebook; the honest student keeps full marks."""
+    rows = _by_student(mock_course["rows"], cheats=True)
+    assert sorted(rows) == sorted(f"cheat_{k}" for k in CHEATS)
+    for s, got in rows.items():
+        checks = {g: sc for g, sc, _, _ in got if "-check" in g}
+        assert len(checks) == 7 and set(checks.values()) == {0}, (s, checks)
+    assert {g: sc for g, sc, _, _ in _by_student(mock_course["rows"])["alice"] if "-check" in g} == \
+        {g: 1 for g, _, _, _ in _by_student(mock_course["rows"])["alice"] if "-check" in g}
+    assert "GraderError" not in mock_course["log"]
+
+
+def test_tampering_scores_zero_under_grade_sh(mock_course, tmp_path):
+    """scripts/grade.sh: the same tampering notebooks score 0, the honest one full marks."""
+    names = ["alice", *(f"cheat_{k}" for k in CHEATS)]
+    paths = []
+    for s in names:
+        (tmp_path / s).mkdir()
+        shutil.copy(mock_course["subs"] / s / f"{A}.ipynb", tmp_path / s / f"{A}.ipynb")
+        paths.append(tmp_path / s / f"{A}.ipynb")
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "grade.sh"), *map(str, paths)], capture_output=True,
+                       text=True, env={**ENV, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines == [f"{A}: 7/7 +2 by hand"] + [f"{A}: 0/7 +2 by hand"] * len(CHEATS), r.stdout
+
+
+def test_tampering_defeats_checks_run_in_the_students_kernel(mock_course, tmp_path):
+    """The control: run in the student's own kernel (nbgrader's Execute, as autograde did before),
+    each tampering notebook gains points, so the tests above test the clean runs, not broken cheats."""
+    instructor = nbformat.read(CHAPTER, as_version=4)
+    for k in CHEATS:
+        nb = nbformat.read(mock_course["subs"] / f"cheat_{k}" / f"{A}.ipynb", as_version=4)
+        course.restore_checks(nb, instructor)
+        got, _ = course.score(course.execute(nb, tmp_path), instructor)
+        assert got == IN_KERNEL[k], (k, got)
