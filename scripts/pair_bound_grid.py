@@ -1,8 +1,9 @@
-"""Chapter 9's pair-statistic bound against three members of the class, on a grid the book never fitted on.
+"""Chapter 9's pair-statistic bound against four members of the class, on a grid the book never fitted on.
 
 For each (V, d, L, trigger setting) and problem seed: the problem's moments (`lowerbound_pairs.pair_moments`)
 and the exact attention accuracy of the three steps, of the same sum without self-pairs and of the split-batch
-steps along one nested batch (`lowerbound_pairs.learner_directions`), at every N of `n_grid(2, n_max)`.
+steps along one nested batch (`lowerbound_pairs.learner_directions`), and of the member that attains the noise
+floor (`lowerbound_pairs.best_direction`), at every N of `n_grid(2, n_max)`.
 One JSON line per (point, problem) in --out. Usage:
 
     python scripts/pair_bound_grid.py --out book/data/ch09_pairs.jsonl --jobs 2

@@ -28,6 +28,11 @@ def test_directions_are_their_pair_sums(tin):
     want = {"three": K.sum((0, 1)), "no_self": K.sum((0, 1)) - diag, "split": K[n // 2:, : n // 2].sum((0, 1))}
     for key, w in want.items():
         assert float((got[key] - w).norm() / w.norm()) < 1e-12, key
+    m = lp.pair_moments(p, 500)
+    _, B = lp.pair_noise_floor(m, n)
+    best = lp.best_direction(m, n, got, diag)               # even weights at the floor's self-pair share
+    w = (1 - (1 + m["beta"]) * B) / (n * (n - 1)) * (K.sum((0, 1)) - diag) + B / n * diag
+    assert float((best - w).norm() / w.norm()) < 1e-12
     k3 = lib.three_steps(p, b, mode="limit").k
     assert float(k3 @ got["three"] / (k3.norm() * got["three"].norm())) > 1 - 1e-12
 
@@ -73,13 +78,16 @@ def test_simulated_noise_is_above_the_floor(moments):
     kinf = lib.analysis.margins.k_population(p).double()
     D = lib.analysis.margins.k_self_term(p).double()
     N, h = 64, 32
-    tot = {"three": (N * (N - 1), N), "no_self": (N * (N - 1), 0), "split": (h * (N - h), 0)}
+    floor, B_best = lp.pair_noise_floor(m, N)
+    tot = {"three": (N * (N - 1), N), "no_self": (N * (N - 1), 0), "split": (h * (N - h), 0),
+           "best": (1 - (1 + m["beta"]) * B_best, B_best)}
     ks = {k: [] for k in tot}
     for s in range(40):
-        d = lp.learner_directions(p, lib.sample_batch(p, N, 100 + s), N)
+        b = lib.sample_batch(p, N, 100 + s)
+        d = lp.learner_directions(p, b, N)
+        d["best"] = lp.best_direction(m, N, d, lp.self_terms(p, b))
         for k in tot:
             ks[k].append(d[k].double())
-    floor = lp.pair_noise_floor(m, N)[0]
     for k, (A, B) in tot.items():
         Ek = A * kinf + B * D
         fl = np.mean([float((E @ (u - Ek - ((u - Ek) @ z) * z / zz)).var(correction=0)) for u in ks[k]])
@@ -90,6 +98,7 @@ def test_simulated_noise_is_above_the_floor(moments):
             assert X > 1.2 * q, (X, q)
         else:                                           # evenly spread weights: the quadratic is exact
             assert abs(X / q - 1) < 0.2, (k, X, q)
+    assert lp.member_noise(m, N, *tot["best"]) == pytest.approx(floor, rel=1e-9)   # the best member attains it
 
 
 def test_a_negative_total_is_the_negation(moments):
@@ -130,7 +139,7 @@ def test_the_shipped_grid_is_whole_and_recomputes():
     spec.loader.exec_module(grid)
     row = next(r for r in rows if (r["d"], r["L"], r["trigger_in_value"]) == (128, 8, False))
     new = grid.one((row["V"], row["d"], row["L"], row["trigger_in_value"], row["seed"], row["Ns"][-1], 8000))
-    for k in lp.LEARNERS:
+    for k in (*lp.LEARNERS, lp.BEST):
         assert np.abs(np.array(new[k]) - row[k]).max() < 1e-3, k
     for k in ("psi", "self", "pair", "beta", "m2", "inv_r2"):
         assert abs(new["moments"][k] / row["moments"][k] - 1) < 1e-3, k

@@ -178,6 +178,7 @@ def pair_lower_bound(V: int, d: int, L: int, threshold: float = 0.99, problems: 
 
 
 LEARNERS = ("three", "no_self", "split")
+BEST = "best"          # the member that attains the noise floor (`best_direction`); rows of pair_row carry it too
 
 
 def learner_directions(problem, batch, N: int, self_cumsum=None) -> dict:
@@ -241,6 +242,19 @@ def learner_directions(problem, batch, N: int, self_cumsum=None) -> dict:
     return {"three": Y.to(dt), "no_self": (Y - selfsum).to(dt), "split": S.to(dt)}
 
 
+def best_direction(m: dict, N: int, dirs: dict, self_sum):
+    """The member of the class that attains the noise floor at N samples (`pair_noise_floor`): weights spread
+    evenly at the best self-pair share, k_hat = A* / (N (N - 1)) sum_{n != m} K(X_n, X_m) + B* / N sum_n K(X_n, X_n)
+    with A* = 1 - (1 + beta) B* (mean trigger score mu_inf). Its weights depend on the problem's moments `m`,
+    fixed before the batch, not on the batch. `dirs`: `learner_directions` at N; `self_sum`: the N self-pairs'
+    sum ((d,), `self_terms`). Returns (d,) float64."""
+    import torch
+    N = check_int("N", N, 2)
+    _, B = pair_noise_floor(m, N)
+    A = 1.0 - (1.0 + m["beta"]) * B
+    return A / (N * (N - 1)) * dirs["no_self"].to(torch.float64) + B / N * self_sum.to(torch.float64)
+
+
 def self_terms(problem, batch, cumulative: bool = False):
     """The sum over the samples of `batch` of their self-pairs K(X_n, X_n) = |a_n|^2 C_n obar_n, (d,) in float64;
     with cumulative=True the (N, d) running sums instead."""
@@ -274,7 +288,7 @@ PAIRS_FILE = "ch09_pairs.jsonl"
 
 def shipped_pair_rows() -> list:
     """The rows shipped with the book (`scripts/pair_bound_grid.py`, draw 0): one dict per (V, d, L, trigger
-    setting, problem) with the problem's `pair_moments`, the grid Ns and the three learners' exact accuracies."""
+    setting, problem) with the problem's `pair_moments`, the grid Ns and the exact accuracies of LEARNERS and BEST."""
     import json
     import os
     from .attention_curve import CURVES_DIR
@@ -285,7 +299,7 @@ def shipped_pair_rows() -> list:
 def pair_table(rows, threshold: float = 0.99) -> list:
     """One dict per (V, d, L, trigger setting) of `rows` (dicts as `shipped_pair_rows` gives, >= 2 problems per
     point, one grid per point): "bound" (`pair_nstar` of the point's problems), "bound_each" (each problem's own),
-    and for each learner of LEARNERS: "<learner>" the requirement of the mean curve over the problems
+    and for each learner of LEARNERS (and BEST, where every row has it): "<learner>" the requirement of the mean curve over the problems
     (`attention_curve.requirement`: the N from which the mean stays >= threshold, log-interpolated; inf: not
     reached), "<learner>_lo" / "<learner>_hi" the same for the ends of the mean's 95 % t-interval and
     "<learner>_each" each problem's first N from which its own accuracy stays >= threshold (inf: not reached)."""
@@ -303,7 +317,7 @@ def pair_table(rows, threshold: float = 0.99) -> list:
         row = dict(zip(("V", "d", "L", "trigger_in_value"), key), problems=len(g),
                    bound=pair_nstar([r["moments"] for r in g], t),
                    bound_each=[pair_nstar(r["moments"], t) for r in g])
-        for k in LEARNERS:
+        for k in (*LEARNERS, BEST) if all(BEST in r for r in g) else LEARNERS:
             acc = np.array([r[k] for r in g])
             req = requirement(acc, Ns, t)
             row[k], row[k + "_lo"], row[k + "_hi"] = req["nstar"], req["lo"], req["hi"]
@@ -315,8 +329,9 @@ def pair_table(rows, threshold: float = 0.99) -> list:
 
 def pair_row(cfg, seed: int, n_max: int = 2 ** 15, samples: int = 8000) -> dict:
     """One row of the pair-statistic grid (`scripts/pair_bound_grid.py`, chapter 9): problem `seed` of `cfg`, its
-    `pair_moments` (`samples` sequences) and the exact attention accuracy of each of LEARNERS on the first N
-    samples of one batch of n_max, at every N of `n_grid(2, n_max)` (nested)."""
+    `pair_moments` (`samples` sequences) and the exact attention accuracy of each of LEARNERS and of the member
+    that attains the noise floor (BEST, `best_direction`, from these moments) on the first N samples of one batch
+    of n_max, at every N of `n_grid(2, n_max)` (nested)."""
     from ..core.config import TaskConfig
     from ..core.embeddings import make_problem
     from ..core.task import check_batch_memory, sample_batch
@@ -329,10 +344,13 @@ def pair_row(cfg, seed: int, n_max: int = 2 ** 15, samples: int = 8000) -> dict:
     p = make_problem(cfg, seed)
     b = sample_batch(p, n_max, seed)
     Ns = n_grid(2, n_max)
-    acc = {k: [] for k in LEARNERS}
+    m = pair_moments(p, samples)
+    acc = {k: [] for k in (*LEARNERS, BEST)}
     cum = self_terms(p, b, cumulative=True)
     for N in Ns:
-        for k, v in learner_directions(p, b, N, cum).items():
+        dirs = learner_directions(p, b, N, cum)
+        for k, v in dirs.items():
             acc[k].append(attention_accuracy(p, v))
+        acc[BEST].append(attention_accuracy(p, best_direction(m, N, dirs, cum[N - 1]).to(p.E.dtype)))
     return {"V": cfg.V, "d": cfg.d, "L": cfg.L, "trigger_in_value": cfg.trigger_in_value, "seed": seed, "Ns": Ns,
-            "moments": pair_moments(p, samples), **acc}
+            "moments": m, **acc}
