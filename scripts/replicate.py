@@ -9,7 +9,9 @@ working directory, and every assert rewritten to record its outcome instead of s
 counts as failed. Prints a table (chapter, cell, claim, draws passed) and writes it as JSON; exits 1
 when any claim failed on any draw. `--publish` also writes book/replication.json, the table of the
 book's page "How robust is each claim" (tests/test_replication_table.py checks that it covers every
-assert of every chapter).
+assert of every chapter). `--merge RUN` executes nothing: it takes RUN (a finished run's --out, of some
+chapters, on the table's draws or more) and replaces those chapters' rows and runs in book/replication.json,
+read on the table's own draws, so that a chapter changed after the table was published can be rerun alone.
 """
 
 from __future__ import annotations
@@ -110,6 +112,27 @@ def moves(row: dict, draws: list[int]) -> bool | None:
     return len(set(fps)) > 1
 
 
+def merge_into(table: dict, run: dict) -> dict:
+    """`table` (book/replication.json) with the chapters of `run` (a run's JSON) replaced: their rows and runs
+    restricted to the table's draws (every one of which `run` must have), the summary's counts recomputed,
+    and `run`'s command and date added to the table's "merged" list. The wall time stays the table's."""
+    draws = table["summary"]["draws"]
+    if not set(draws) <= set(run["summary"]["draws"]):
+        raise ValueError(f"the run's draws {run['summary']['draws']} must include the table's {draws}")
+    chapters = {r["chapter"] for r in run["runs"]}
+    keep = lambda r: r["chapter"] not in chapters                                      # noqa: E731
+    rows = [r for r in table["rows"] if keep(r)] + [
+        {**r, "passed": [d for d in r["passed"] if d in draws],
+         "failed": {k: v for k, v in r["failed"].items() if int(k) in draws}} for r in run["rows"]]
+    order = {ch: i for i, ch in enumerate(dict.fromkeys(r["chapter"] for r in table["rows"] + rows))}
+    rows.sort(key=lambda r: order[r["chapter"]])                                         # chapters stay in place
+    runs = [r for r in table["runs"] if keep(r)] + [r for r in run["runs"] if r["draw"] in draws]
+    summary = {**table["summary"], "claims": len(rows), "failed": sum(bool(r["failed"]) for r in rows),
+               "live": sum(r["moves"] is True for r in rows), "fixed": sum(r["moves"] is False for r in rows)}
+    merged = table.get("merged", []) + [{"command": run["command"], "date": run["date"], "chapters": sorted(chapters)}]
+    return {**table, "summary": summary, "runs": runs, "rows": rows, "merged": merged}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("notebooks", nargs="*", help="chapters to run (default: every notebook under book/)")
@@ -119,6 +142,8 @@ def main(argv=None) -> int:
     ap.add_argument("--publish", action="store_true",
                     help="also write the table the book shows (book/replication.json); needs every chapter")
     ap.add_argument("--out", default=os.path.join(ROOT, "_build", "replication.json"), help="JSON output")
+    ap.add_argument("--merge", default=None, metavar="RUN",
+                    help="run nothing: replace RUN's chapters in book/replication.json (RUN: a finished --out)")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--draws" in argv:          # --draws takes the integers after it; what follows is notebooks
         i = argv.index("--draws") + 1
@@ -127,6 +152,14 @@ def main(argv=None) -> int:
             j += 1
         argv = argv[:j] + (["--"] if "--" not in argv[j:] and j < len(argv) and not argv[j].startswith("-") else []) + argv[j:]
     a = ap.parse_args(argv)
+    if a.merge is not None:
+        path = os.path.join(ROOT, "book", "replication.json")
+        with open(path) as f, open(a.merge) as g:
+            table = merge_into(json.load(f), json.load(g))
+        with open(path, "w") as f:
+            json.dump(table, f, indent=1)
+        print(f"written: {path} ({table['summary']['claims']} claims, {table['summary']['failed']} failed)")
+        return 1 if table["summary"]["failed"] else 0
     if any(k < 0 for k in a.draws):
         ap.error("--draws must be non-negative integers")
     if a.jobs < 1:

@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import claims as C  # noqa: E402
@@ -76,3 +78,26 @@ def test_the_recorder_fingerprints_what_a_claim_reads():
     row = {"values": {"1": "a", "2": "b"}}
     assert R.moves(row, [1, 2]) is True and R.moves({"values": {"1": "a", "2": "a"}}, [1, 2]) is False
     assert R.moves({"values": {"1": "a"}}, [1, 2]) is None
+
+
+def test_merge_replaces_the_rerun_chapters_on_the_tables_draws():
+    import replicate as R
+    row = lambda ch, key, passed, failed, moves: {"chapter": ch, "cell": 1, "text": key, "occurrence": 0,  # noqa: E731
+                                                   "key": f"{ch}|{key}|0", "passed": passed, "failed": failed,
+                                                   "moves": moves}
+    table = {"command": "scripts/replicate.sh --draws 1 2 3", "date": "2026-01-01",
+             "summary": {"claims": 2, "failed": 0, "draws": [1, 2, 3], "wall_seconds": 10.0, "live": 1, "fixed": 1},
+             "runs": [{"chapter": c, "draw": d, "seconds": 1.0, "errors": []} for c in ("a", "b") for d in (1, 2, 3)],
+             "rows": [row("a", "x", [1, 2, 3], {}, True), row("b", "y", [1, 2, 3], {}, False)]}
+    run = {"command": "scripts/replicate.sh --draws 1 2 3 9 b.ipynb", "date": "2026-02-02",
+           "summary": {"draws": [1, 2, 3, 9]},
+           "runs": [{"chapter": "b", "draw": d, "seconds": 2.0, "errors": []} for d in (1, 2, 3, 9)],
+           "rows": [row("b", "y2", [1, 2, 3], {"9": "AssertionError"}, True), row("b", "z", [1, 3, 9], {"2": "no"}, False)]}
+    out = R.merge_into(table, run)
+    assert [r["key"] for r in out["rows"]] == ["a|x|0", "b|y2|0", "b|z|0"]
+    assert out["rows"][1]["failed"] == {} and out["rows"][2]["passed"] == [1, 3] and out["rows"][2]["failed"] == {"2": "no"}
+    assert out["summary"] == {**table["summary"], "claims": 3, "failed": 1, "live": 2, "fixed": 1}
+    assert sorted((r["chapter"], r["draw"]) for r in out["runs"]) == [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("b", 3)]
+    assert out["merged"] == [{"command": run["command"], "date": "2026-02-02", "chapters": ["b"]}]
+    with pytest.raises(ValueError, match="draws"):
+        R.merge_into(table, {**run, "summary": {"draws": [1, 2]}})
