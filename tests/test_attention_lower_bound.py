@@ -40,6 +40,7 @@ def test_other_entry_points_validate():
         la.distinct_law(128, 10 ** 7)
 
 
+@pytest.mark.slow
 def test_reexported_float_and_large_sizes_cheap():
     assert lb.attention_lower_bound is la.attention_lower_bound
     v = lb.attention_lower_bound(128, 32, 16)
@@ -59,6 +60,7 @@ def test_distinct_law_against_enumeration():
     assert np.allclose(la.distinct_law(V, L), counts / counts.sum(), atol=1e-12)
 
 
+@pytest.mark.slow
 def test_gaussian_mixture_accuracy_against_simulation():
     """A(r) = E_K g_K(r): simulate K from the token draws and Gaussian scores."""
     g = np.random.default_rng(0)
@@ -87,6 +89,7 @@ def test_root_and_ceiling():
     assert la.critical_ratio(V, L, 0.9) < la.critical_ratio(V, L, 0.99) < la.critical_ratio(V, L, 0.999)
 
 
+@pytest.mark.slow
 def test_monotone_and_moves_with_L_and_d():
     vals = [lb.attention_lower_bound(128, 32, 16, t) for t in (0.5, 0.8, 0.9, 0.99)]
     assert all(a < b for a, b in zip(vals, vals[1:]))

@@ -41,6 +41,7 @@ def test_trigger_factor_against_batches():
     assert abs(kz.mean() - k_noise.k_trigger_factor(pr, N)) < 4 * kz.std(ddof=1) / len(kz) ** 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("V,d,L,N", [(32, 64, 8, 64), (32, 8, 8, 512)])
 def test_variance_against_batches(V, d, L, N):
     # E Q(k - E k) over batches: both forms (token-score noise off the trigger, trigger component)

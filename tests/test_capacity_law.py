@@ -73,6 +73,7 @@ def test_split_puts_every_part_of_the_grid_on_both_sides():
     assert len(keys) == len(pts)                                  # one point per configuration and threshold
 
 
+@pytest.mark.slow
 def test_stored_points_are_reproduced_by_their_search():
     """Two cheap grid points recomputed with the stored search settings: the same N* per problem up to
     one bisection step (float32 sums may order differently on another CPU)."""
@@ -98,6 +99,7 @@ def _recompute(cheap, cal, s):
             assert got == pytest.approx(p["nstar"][i], rel=2 * s["resolution"], abs=2), (p, i, got)
 
 
+@pytest.mark.slow
 def test_capacity_law_default_is_the_derived_requirement():
     from lib.theory import derived_attention_nstar, derived_range
     for V, d, L, s2 in ((256, 128, 64, 0.0), (512, 256, 128, 1.0), (1024, 192, 192, 1.0)):

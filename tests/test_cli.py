@@ -22,6 +22,7 @@ def cli(capsys, *args):
     return rc, out.out, out.err
 
 
+@pytest.mark.slow
 def test_python_dash_m_lib_lists_subcommands():
     out = subprocess.run([sys.executable, "-m", "lib", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "train" in out.stdout and "nstar" in out.stdout
@@ -141,6 +142,7 @@ def test_nstar_bad_values_exit_2(capsys, bad, name):
     assert len(lines) == 1 and name in lines[0], err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd", [["train", "--N", "64"], ["nstar"], ["sweep"]])
 def test_m_is_refused_for_the_attention_model(cmd):
     """--m is the MLP width: given with --model attn it would run the same experiment under another
@@ -219,6 +221,7 @@ def test_an_unwritable_cache_is_found_before_any_point_is_computed(capsys, tmp_p
     assert check_store_path(str(fresh)) == str(fresh) and not fresh.exists()   # the check leaves no file
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     import signal
     import time

@@ -59,6 +59,7 @@ def test_unit_input_makes_mlp_features_scale_free():
         assert torch.allclose(lib.features(problem, 10 * o), lib.features(problem, o), atol=1e-12) == same
 
 
+@pytest.mark.slow
 def test_gd_on_the_count_route_equals_the_autograd_trainer():
     """20 full-batch GD steps in float64: count-route closed forms vs autograd, relative 1e-10."""
     for model in ("attn", "mlp"):

@@ -146,6 +146,7 @@ def _toy(tmp_path):
     return src, nb
 
 
+@pytest.mark.slow
 def test_grader_restores_hidden_tests_and_ignores_edited_checks(tmp_path):
     src, _ = _toy(tmp_path)
     stud = tmp_path / "student"
@@ -165,6 +166,7 @@ def test_grader_restores_hidden_tests_and_ignores_edited_checks(tmp_path):
     assert r.stdout.strip() == "toy: 1/1"
 
 
+@pytest.mark.slow
 def test_grader_counts_only_the_instructors_checks_whatever_the_student_adds_copies_or_deletes(tmp_path):
     """grade.sh scores as nbgrader's autograde does: each of the instructor's check cells once, restored
     from the source by grade_id, with the source's points; invented cells, copies, edits and new
@@ -531,7 +533,25 @@ def _numbers(got) -> list:
     return [float(v) for v in values if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)]
 
 
-@pytest.mark.parametrize("label,path", _derivation_chapters(), ids=lambda x: x if isinstance(x, str) else "")
+# the exercises whose search over lib's formulas takes seconds (over 1.5 s each on two loaded cores): marked
+# slow, so the fast tier (-m "not slow") keeps only the quick cases; scripts/test.sh runs them all
+SLOW_DERIVATIONS = {"ex-value-signal-var", "ex-attention-kappa", "ex-fact-count", "ex-lb-errors",
+                    "ex-attention-softmax", "ex-refined-key-var", "ex-value-count-factor", "ex-lb-bayes",
+                    "ex-refined-mb-orth"}
+
+
+def _marked_slow(cases, slow):
+    """The parametrize cases (tuples of values, or single values), those whose first value is in `slow`
+    marked slow."""
+    def first(c):
+        return c[0] if isinstance(c, tuple) else c
+    assert slow <= {first(c) for c in cases}, f"no such case to mark slow: {slow - {first(c) for c in cases}}"
+    return [pytest.param(*(c if isinstance(c, tuple) else (c,)), marks=pytest.mark.slow) if first(c) in slow else c
+            for c in cases]
+
+
+@pytest.mark.parametrize("label,path", _marked_slow(_derivation_chapters(), SLOW_DERIVATIONS),
+                         ids=lambda x: x if isinstance(x, str) else "")
 def test_derivation_answers_are_no_lib_formula(label, path):
     """No public formula of lib returns the answer, called with the exercise's first arguments in any order (a
     number, or an entry of a returned tuple, list or dict). A call that takes over a second is no formula lookup
@@ -611,7 +631,7 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("gid", sorted(WRONG))
+@pytest.mark.parametrize("gid", _marked_slow(sorted(WRONG), {"ex-lb-bayes-check"}))
 def test_a_wrong_answer_passes_the_visible_check_and_fails_the_hidden_tests(gid):
     cell = gid.split("#")[0]                # "<grade_id>#<name>": another wrong answer to the same check
     path = next(p for p in _exercise_chapters() if cell in course.exercise_cells(nbformat.read(p, as_version=4)))
@@ -628,6 +648,7 @@ def test_a_wrong_answer_passes_the_visible_check_and_fails_the_hidden_tests(gid)
             ("rejects a well-formed answer" if must_pass else "accepts a wrong answer")
 
 
+@pytest.mark.slow
 def test_grader_leaves_the_folder_as_found_and_runs_one_thread(tmp_path, monkeypatch):
     """A chapter that writes beside itself (chapters 10 and 11 write _cache/) leaves the submission's
     folder as it was; the kernel runs with one thread unless the caller set a count; the grader's own

@@ -71,6 +71,7 @@ def leaks(released, instructor) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_plain_nbgrader_release_of_every_chapter_has_no_solution(tmp_path):
     """`nbgrader generate_assignment` on the chapters exactly as they are in book/ (no course.py,
     no course.sh): no solution code, written answer or hidden test in the release, and the
@@ -231,6 +232,7 @@ def _by_student(rows, cheats=False):
     return out
 
 
+@pytest.mark.slow
 def test_per_exercise_csv(mock_course):
     rows = _by_student(mock_course["rows"])
     source = mock_course["source"]
@@ -254,6 +256,7 @@ def test_per_exercise_csv(mock_course):
     assert n_ans == 2 and len(ids) == 9
 
 
+@pytest.mark.slow
 def test_gradebook_totals_and_cheating_refused(mock_course):
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{mock_course['course'] / 'gradebook.db'}") as gb:
@@ -269,6 +272,7 @@ def test_gradebook_totals_and_cheating_refused(mock_course):
     assert "Attribute 'points' for cell ex-task-trigger-check has changed" in log   # 50 -> 1
 
 
+@pytest.mark.slow
 def test_submissions_left_as_found_and_feedback_written(mock_course):
     assert mock_course["after"] == mock_course["before"]
     c = mock_course["course"]
@@ -293,6 +297,7 @@ def test_submissions_left_as_found_and_feedback_written(mock_course):
     assert "this check did not pass" in bob and "hidden tests: they run when the exercise is graded" in bob
 
 
+@pytest.mark.slow
 def test_released_notebook_is_clean(mock_course):
     released, c = mock_course["released"], mock_course["course"]
     text = "\n".join(x.source for x in released.cells)
@@ -314,6 +319,7 @@ def test_course_script_usage():
 IN_KERNEL = {"strip_input": 7, "strip_ast": 7, "patch_lib": 2, "magic_float": 4, "patch_builtins": 3}
 
 
+@pytest.mark.slow
 def test_tampering_scores_zero_under_autograde(mock_course):
     """Each student who strips asserts, patches lib or builtins, or answers with a lying float subclass
     scores 0 on every exercise in nbgrader's gradebook; the honest student keeps full marks."""
@@ -327,6 +333,7 @@ def test_tampering_scores_zero_under_autograde(mock_course):
     assert "GraderError" not in mock_course["log"]
 
 
+@pytest.mark.slow
 def test_tampering_scores_zero_under_grade_sh(mock_course, tmp_path):
     """scripts/grade.sh: the same tampering notebooks score 0, the honest one full marks."""
     names = ["alice", *(f"cheat_{k}" for k in CHEATS)]
@@ -342,6 +349,7 @@ def test_tampering_scores_zero_under_grade_sh(mock_course, tmp_path):
     assert lines == [f"{A}: 7/7 +2 by hand"] + [f"{A}: 0/7 +2 by hand"] * len(CHEATS), r.stdout
 
 
+@pytest.mark.slow
 def test_tampering_defeats_checks_run_in_the_students_kernel(mock_course, tmp_path):
     """The control: run in the student's own kernel (nbgrader's Execute, as autograde did before),
     each tampering notebook gains points, so the tests above test the clean runs, not broken cheats."""

@@ -12,6 +12,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow   # every case in one child process: 18 s on two busy cores
+
 CHILD = r"""
 import json, sys, torch, lib
 from lib.fast import counts, limit, native

@@ -73,6 +73,7 @@ def test_shipped_laws_are_the_fit_of_the_shipped_records():
     assert {(r["V"], r["d"], r["L"], r["trigger_in_value"]) for r in table["records"]} >= {(256, 64, 64, True), (512, 512, 256, False)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trig", [True, False])
 def test_moment_laws_off_their_grid(trig):
     # F1 and G of fresh problems at a size the table never measured, against the laws: within the laws'
@@ -111,6 +112,7 @@ def test_requirement_reads_the_mean_curve():
             bad()
 
 
+@pytest.mark.slow
 def test_moment_prediction_follows_the_exact_curve():
     # one problem per trigger setting: the predicted accuracy from moments alone, nothing trained, against
     # the exact accuracy after the three steps, on the rising part of the curve

@@ -80,6 +80,7 @@ def test_draws_differ_from_each_other(draw):
     assert len(seeds) == 5
 
 
+@pytest.mark.slow
 def test_set_draw_validates_and_reaches_child_processes(draw):
     for bad in (-1, 1.5, "2", None, True):
         with pytest.raises(ValueError, match="draw"):
@@ -91,6 +92,7 @@ def test_set_draw_validates_and_reaches_child_processes(draw):
     assert out == ["3", str(lib.derive_seed(0, "x"))]
 
 
+@pytest.mark.slow
 def test_bad_environment_draw_is_refused_by_name():
     env = dict(os.environ, RECALL_DRAW="two")
     proc = subprocess.run([sys.executable, "-c", "import lib"], capture_output=True, text=True, env=env)
@@ -108,6 +110,7 @@ def test_store_keys_carry_the_draw(draw):
     assert key()["draw"] == 2 and key() != k0
 
 
+@pytest.mark.slow
 def test_sweep_workers_use_the_parents_draw(draw, tmp_path):
     """A grid point computed in a joblib worker equals the same point computed in this process."""
     configs = lib.sweep.grid(lib.TaskConfig(V=16, d=16, L=4), d=[8, 16])

@@ -62,6 +62,7 @@ def test_an_edition_needs_a_current_execution(tmp_path):
     assert editions.stale_chapters(current) == []
 
 
+@pytest.mark.slow
 def test_the_student_edition_source_has_every_page_and_no_solution(tmp_path):
     executed = tmp_path / "executed"
     executed.mkdir()

@@ -1,5 +1,9 @@
 """Chapter 2's shipped every-pair capacities: the grid is whole and one entry recomputes."""
+import pytest
+
 from lib.core.memory import shipped_every_pair, trained_capacity
+
+pytestmark = pytest.mark.slow   # two trained capacity searches
 
 
 def test_the_shipped_every_pair_grid_is_whole_and_recomputes():

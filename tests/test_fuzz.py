@@ -50,6 +50,7 @@ def fit_orthogonal(p):
     return p
 
 
+@pytest.mark.slow
 @settings(**SETTINGS)
 @given(p=valid)
 def test_smoke_valid_configurations_run_and_stay_finite(p):

@@ -168,6 +168,7 @@ def _peak_bytes(fn):
     return read("VmHWM") - before
 
 
+@pytest.mark.slow
 def test_count_route_never_allocates_an_N_L_d_tensor():
     cfg = lib.TaskConfig(V=64, d=128, L=32, model="mlp", m=64, device="cpu")
     problem = lib.make_problem(cfg, 0)

@@ -127,6 +127,7 @@ def test_bad_arguments_name_the_parameter(moments):
         lp.learner_directions(p, lib.sample_batch(p, 8, 0), 8, torch.zeros(3, 2))
 
 
+@pytest.mark.slow
 def test_the_shipped_grid_is_whole_and_recomputes():
     import importlib.util
     import os

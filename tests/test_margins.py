@@ -90,6 +90,7 @@ def test_self_term_equals_a_direct_average_over_samples():
     assert float(((mc - D).abs() / se).max()) < 4.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trig", [True, False])
 def test_mean_k_over_batches_is_k_mean(trig):
     """E[k | problem, N] = (1 - 1/N) k_population + D / N: average of three_steps' k over many batches,
@@ -116,6 +117,7 @@ def test_self_bias_of_the_trigger_bonus_matches_the_exact_self_term(d, L):
     assert abs(np.mean(vals) - beta) < 3 * np.std(vals) / 4 + 0.05 * beta
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("V,d,L", [(64, 16, 2), (64, 8, 4)])
 def test_self_bias_coefficient_of_one_over_d(V, d, L):
     """The O(1/d) part of beta, measured: at short L the candidates V (1 + c/d) - 1 with c = L - 2, L - 1, L

@@ -145,6 +145,7 @@ def test_capacity_searches_start_at_first_seed():
             hebbian_capacity(16, first_seed=bad)
 
 
+@pytest.mark.slow
 def test_every_pair_at_once_is_at_least_as_strict():
     from lib.core.memory import trained_capacity
     for s in range(2):

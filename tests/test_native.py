@@ -30,6 +30,7 @@ def test_native_loads_where_numba_is_installed():
     assert native.available(), f"lib.fast.native did not load: {native._state.get('error')!r}"
 
 
+@pytest.mark.slow
 def test_without_the_loops_every_route_still_runs():
     """RECALL_NATIVE=0 turns them off in a fresh process, and the routes give the torch route's numbers."""
     code = ("import lib, lib.fast.native as n; assert not n.available();"
@@ -153,6 +154,7 @@ def test_the_loops_do_not_depend_on_the_thread_count_beyond_rounding():
         assert all(rel(x, y) < 1e-12 for x, y in zip(o, out[0]))
 
 
+@pytest.mark.slow
 @needs_native
 def test_loading_the_loops_leaves_torchs_thread_count_alone():
     """Launching numba's OpenMP pool with NUMBA_NUM_THREADS=1 set the count torch reads to 1 (measured):

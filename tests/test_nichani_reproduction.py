@@ -113,6 +113,7 @@ def seed_spread(seeds):
     return math.sqrt(sum(var) / len(var)), len(runs)
 
 
+@pytest.mark.slow
 def test_book_loss_follows_their_curve_within_the_seed_spread(reference, seeds, book_run):
     ref = {r["step"]: r["loss"] for r in reference["logged"]}
     sd, n_seeds = seed_spread(seeds)
@@ -145,6 +146,7 @@ def test_stored_book_seeds_follow_their_whole_stored_curve_to_three_decimals(ref
     assert worst <= 1e-3, worst
 
 
+@pytest.mark.slow
 def test_float32_probabilities_tie_and_argmax_goes_to_index_zero(reference, book_run):
     task = F.nichani_task()
     y = F.sample(task, F.NICHANI_RUN["n_test"], "test").y

@@ -43,6 +43,7 @@ def _edit(path, pattern, repl):
     path.write_text(new)
 
 
+@pytest.mark.slow
 def test_the_hash_follows_formulas_not_comments(tmp_path):
     root = _copy_lib(tmp_path)
     base = code_hash("points")

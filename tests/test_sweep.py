@@ -68,6 +68,7 @@ def test_saturation_is_a_result_and_table_has_nan():
 
 # ----------------------------------------------------------------------------- correctness of N*
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [BASE, BASE.with_(V=12, d=24, L=6), BASE.with_(V=8, d=16, L=3, embedding="sphere")])
 def test_nstar_equals_a_brute_force_scan(cfg):
     """With resolution small enough to bracket to one sample, the engine's N* is exactly the first N
@@ -102,6 +103,7 @@ def test_bootstrap_interval_on_known_per_seed_data():
 
 # ----------------------------------------------------------------------------- the store
 
+@pytest.mark.slow
 def test_cache_key_misses_on_step_sizes_code_n_test_and_hits_on_threshold(tmp_path, monkeypatch):
     path = str(tmp_path / "points.jsonl")
     first = sweep([BASE], cache=path, **FAST)[0]
@@ -181,6 +183,7 @@ def test_store_refuses_nan_and_bad_paths(tmp_path):
 
 # ----------------------------------------------------------------------------- parallel and resume
 
+@pytest.mark.slow
 def test_two_jobs_give_the_same_results_as_one(tmp_path):
     cs = grid(BASE, d=[24, 32], L=[4, 6])
     serial = sweep(cs, **FAST)
@@ -189,6 +192,7 @@ def test_two_jobs_give_the_same_results_as_one(tmp_path):
     assert n_records(str(tmp_path / "p.jsonl")) == sum(len(p.points) for p in serial)
 
 
+@pytest.mark.slow
 def test_a_joblib_backend_context_runs_the_sweep_and_keeps_the_callers_threads():
     import joblib
     import torch
@@ -204,6 +208,7 @@ SWEEP_ARGS = ["--V", "64", "--d", "16", "24", "--L", "4", "8", "16", "--threshol
               "--n-test", "1024", "--n-max", str(2 ** 17), "--device", "cpu", "--json"]
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_resumes_without_recomputing_finished_points(tmp_path):
     cache = str(tmp_path / "points.jsonl")
     cmd = [sys.executable, "-m", "lib", "sweep", *SWEEP_ARGS, "--cache", cache]

@@ -95,6 +95,7 @@ def _running(dask_worker):
     return [str(t.key) for t in dask_worker.state.tasks.values() if t.state in ("executing", "cancelled")]
 
 
+@pytest.mark.slow
 def test_a_dask_cluster_joined_by_address_gives_the_numbers_of_one_job_and_drops_a_killed_sweep(tmp_path):
     """A two-worker LocalCluster over loopback (processes, one thread each), joined by its address
     as `--scheduler` does: every grid point runs on its workers, and the points equal --jobs 1.
@@ -127,6 +128,7 @@ def test_a_dask_cluster_joined_by_address_gives_the_numbers_of_one_job_and_drops
     assert lines(killed_cache) == stopped < 2 * 17                    # nothing appended after, grid unfinished
 
 
+@pytest.mark.slow
 def test_a_killed_dask_sweep_leaves_no_worker_and_resumes(tmp_path, slow_reference):
     """`--backend dask --jobs 2` starts its own LocalCluster; SIGKILL to the command ends its workers
     within seconds (no line appended after), and the same command then finishes the grid from the
@@ -184,6 +186,7 @@ def test_more_workers_than_memory_are_refused_before_any_starts(backend):
 
 # ----------------------------------------------------------------------------- workers die with the parent
 
+@pytest.mark.slow
 def test_loky_workers_die_with_their_parent(tmp_path, slow_reference):
     """`--jobs 2` (loky): SIGKILL to the command while its workers compute ends every process it
     started within seconds, and the store stops growing (without the workers' watchdog they went on
@@ -198,6 +201,7 @@ def test_loky_workers_die_with_their_parent(tmp_path, slow_reference):
 
 # ----------------------------------------------------------------------------- concurrent sweeps
 
+@pytest.mark.slow
 def test_a_task_reaching_a_worker_after_its_parent_died_ends_the_worker():
     """The parent of a worker can die while the worker still imports; the task it then receives
     must not run: die_with_parent of a parent that is gone ends the process at once (status 1,
@@ -244,6 +248,7 @@ def test_checking_a_fresh_cache_from_many_writers_at_once_loses_no_line(tmp_path
     assert sorted(os.listdir(tmp_path)) == sorted(f"c{r}.jsonl" for r in range(60))   # no probe left
 
 
+@pytest.mark.slow
 def test_two_concurrent_sweeps_compute_every_point_once(tmp_path, slow_reference):
     """Two processes sweeping one grid into one cache, started at the same moment: every point is
     computed by one of them (lines in the store == distinct points == points computed by both

@@ -84,6 +84,7 @@ def thread_cluster():
 
 # ----------------------------------------------------------------------------- the address
 
+@pytest.mark.slow
 def test_an_http_server_at_the_scheduler_address_is_refused_in_one_line(capsys, tmp_path, quick_connect):
     """`python -m http.server` at --scheduler: Dask's client hung there, or read the reply as a frame
     length and tried to allocate 3.07 EiB (status 1). Now: exit 2, one line naming --scheduler, within
@@ -272,6 +273,7 @@ def _read_lines(stream, into):
         into.append(line)
 
 
+@pytest.mark.slow
 def test_a_scheduler_dying_mid_sweep_is_one_line_and_keeps_finished_points(tmp_path):
     """A real `dask scheduler` and `dask worker`: the sweep streams the first grid point, then the
     scheduler is killed; the sweep exits 2 with one line naming --scheduler (it printed 58 lines of
@@ -314,6 +316,7 @@ def test_a_scheduler_dying_mid_sweep_is_one_line_and_keeps_finished_points(tmp_p
     assert len(Store(str(cache)).data) >= 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_with_dask_is_one_line_keeps_points_and_leaves_no_worker(tmp_path):
     """Ctrl-C in a terminal sends SIGINT to the whole process group, the cluster's workers included:
     the sweep prints one line and exits 130, what finished is printed and cached, and no worker is left."""

@@ -57,6 +57,7 @@ def test_oracle_memory_accuracy_equals_the_decomposed_logits():
         oracle_memory_accuracy(pr, torch.zeros(V))
 
 
+@pytest.mark.slow
 def test_predicted_accuracy_matches_the_exact_memory_over_many_problems():
     # trigger out: the model is within 0.015 (the review's independent-noise model was 0.03 low here)
     cfg = lib.TaskConfig(V=128, d=64, L=4, trigger_in_value=False, device="cpu")

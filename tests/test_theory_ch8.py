@@ -39,6 +39,7 @@ def _kernel_gap(activation, m, V=48, d=16):
     return problem, phi, K, float((phi @ phi.T - K)[off].pow(2).mean().sqrt())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["he2", "he3", "relu", "centred_relu"])
 def test_random_features_approach_the_kernel_like_one_over_sqrt_m(activation):
     for m in (256, 4096, 16384):
