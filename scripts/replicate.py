@@ -115,7 +115,8 @@ def moves(row: dict, draws: list[int]) -> bool | None:
 def merge_into(table: dict, run: dict) -> dict:
     """`table` (book/replication.json) with the chapters of `run` (a run's JSON) replaced: their rows and runs
     restricted to the table's draws (every one of which `run` must have), the summary's counts recomputed,
-    and `run`'s command and date added to the table's "merged" list. The wall time stays the table's."""
+    and `run`'s command, date, other draws and how many claims failed on those added to the table's "merged"
+    list. The wall time stays the table's."""
     draws = table["summary"]["draws"]
     if not set(draws) <= set(run["summary"]["draws"]):
         raise ValueError(f"the run's draws {run['summary']['draws']} must include the table's {draws}")
@@ -129,7 +130,10 @@ def merge_into(table: dict, run: dict) -> dict:
     runs = [r for r in table["runs"] if keep(r)] + [r for r in run["runs"] if r["draw"] in draws]
     summary = {**table["summary"], "claims": len(rows), "failed": sum(bool(r["failed"]) for r in rows),
                "live": sum(r["moves"] is True for r in rows), "fixed": sum(r["moves"] is False for r in rows)}
-    merged = table.get("merged", []) + [{"command": run["command"], "date": run["date"], "chapters": sorted(chapters)}]
+    other = [d for d in run["summary"]["draws"] if d not in draws]         # the run's draws beyond the table's
+    failed_other = sum(any(int(k) in other for k in r["failed"]) for r in run["rows"])
+    merged = table.get("merged", []) + [{"command": run["command"], "date": run["date"], "chapters": sorted(chapters),
+                                         "other_draws": other, "failed_on_other_draws": failed_other}]
     return {**table, "summary": summary, "runs": runs, "rows": rows, "merged": merged}
 
 
@@ -155,11 +159,11 @@ def main(argv=None) -> int:
     if a.merge is not None:
         path = os.path.join(ROOT, "book", "replication.json")
         with open(path) as f, open(a.merge) as g:
-            table = merge_into(json.load(f), json.load(g))
+            out = merge_into(json.load(f), json.load(g))
         with open(path, "w") as f:
-            json.dump(table, f, indent=1)
-        print(f"written: {path} ({table['summary']['claims']} claims, {table['summary']['failed']} failed)")
-        return 1 if table["summary"]["failed"] else 0
+            json.dump(out, f, indent=1)
+        print(f"written: {path} ({out['summary']['claims']} claims, {out['summary']['failed']} failed)")
+        return 1 if out["summary"]["failed"] else 0
     if any(k < 0 for k in a.draws):
         ap.error("--draws must be non-negative integers")
     if a.jobs < 1:

@@ -98,6 +98,18 @@ def test_merge_replaces_the_rerun_chapters_on_the_tables_draws():
     assert out["rows"][1]["failed"] == {} and out["rows"][2]["passed"] == [1, 3] and out["rows"][2]["failed"] == {"2": "no"}
     assert out["summary"] == {**table["summary"], "claims": 3, "failed": 1, "live": 2, "fixed": 1}
     assert sorted((r["chapter"], r["draw"]) for r in out["runs"]) == [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("b", 3)]
-    assert out["merged"] == [{"command": run["command"], "date": "2026-02-02", "chapters": ["b"]}]
+    assert out["merged"] == [{"command": run["command"], "date": "2026-02-02", "chapters": ["b"], "other_draws": [9],
+                              "failed_on_other_draws": 1}]
     with pytest.raises(ValueError, match="draws"):
         R.merge_into(table, {**run, "summary": {"draws": [1, 2]}})
+
+
+def test_main_does_not_shadow_the_modules_functions():
+    """A name assigned in replicate.main that is also one of the module's functions makes Python treat it as a
+    local everywhere in main, and the run path dies after executing every chapter (UnboundLocalError)."""
+    import ast
+    tree = ast.parse(open(os.path.join(ROOT, "scripts", "replicate.py")).read())
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+    assigned = {t.id for n in ast.walk(main) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+    assert not assigned & {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
