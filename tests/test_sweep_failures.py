@@ -325,9 +325,11 @@ def test_ctrl_c_with_dask_is_one_line_keeps_points_and_leaves_no_worker(tmp_path
     """Ctrl-C in a terminal sends SIGINT to the whole process group, the cluster's workers included:
     the sweep prints one line and exits 130, what finished is printed and cached, and no worker is left."""
     cache = tmp_path / "c.jsonl"
+    # a shell starts background jobs with SIGINT ignored and children inherit that (then Python never raises
+    # KeyboardInterrupt): restore the default, as a terminal's foreground job has it
     proc = subprocess.Popen([sys.executable, "-m", "lib", "sweep", *TWO, "--cache", str(cache), "--backend", "dask",
                              "--jobs", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out = []
     reader = threading.Thread(target=_read_lines, args=(proc.stdout, out), daemon=True)
     reader.start()
