@@ -109,44 +109,43 @@ def build_parser() -> argparse.ArgumentParser:
         "Three-step training of one-layer transformers on the token-retrieval task "
         "(Vural et al., ICLR 2026)."), epilog="python -m lib COMMAND --help: each command's flags and an example.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    kw = dict(formatter_class=HelpFormatter)
-    t = sub.add_parser("train", help="run the three steps and report test / attention / oracle accuracy", **kw,
-                       description=_text("Train on N samples with the three steps (one problem per seed) and "
-                                         "report test, attention and oracle-attention accuracy, mean and spread "
-                                         "over seeds."),
-                       epilog=_text("example:", "  python -m lib train --V 256 --d 256 --L 16 --N 32768 --seeds 3 "
-                                    "--json", INTERRUPT))
+
+    def command(name, short, description, examples, after=INTERRUPT):
+        """A subcommand with its one-line help, a description, its examples and what it exits with."""
+        return sub.add_parser(name, help=short, formatter_class=HelpFormatter, description=_text(description),
+                              epilog=_text("example:" if len(examples) == 1 else "examples:",
+                                           "\n".join("  " + e for e in examples), after))
+
+    t = command("train", "run the three steps and report test / attention / oracle accuracy",
+                "Train on N samples with the three steps (one problem per seed) and report test, attention and "
+                "oracle-attention accuracy, mean and spread over seeds.",
+                ["python -m lib train --V 256 --d 256 --L 16 --N 32768 --seeds 3 --json"])
     _add_problem_args(t)
     t.add_argument("--N", type=int, required=True, help="number of training samples")
     t.add_argument("--seeds", type=int, default=1, help="number of seeds (problems) to average over (default 1)")
-    n = sub.add_parser("nstar", help="critical sample size N* reaching an accuracy threshold", **kw,
-                       description=_text("The smallest N whose mean test accuracy over seeds reaches --threshold: "
-                                         "doubling from --n-min, then bisection to --resolution; every evaluated "
-                                         "N is kept in --cache (a rerun computes only what is missing)."),
-                       epilog=_text("example:", "  python -m lib nstar --V 128 --d 128 --L 16 --threshold 0.99 "
-                                    "--seeds 3 --cache points.jsonl", INTERRUPT))
+    n = command("nstar", "critical sample size N* reaching an accuracy threshold",
+                "The smallest N whose mean test accuracy over seeds reaches --threshold: doubling from --n-min, "
+                "then bisection to --resolution; every evaluated N is kept in --cache (a rerun computes only "
+                "what is missing).",
+                ["python -m lib nstar --V 128 --d 128 --L 16 --threshold 0.99 --seeds 3 --cache points.jsonl"])
     _add_problem_args(n)
     n.add_argument("--seeds", type=int, default=3, help="number of seeds (problems) to average over (default 3)")
     n.add_argument("--threshold", type=float, default=0.99, help="target test accuracy (default 0.99)")
     n.add_argument("--n-min", type=int, default=None, help="first N tried (default V)")
     n.add_argument("--n-max", type=int, default=2 ** 20, help="give up above this N (default 2^20)")
     _add_search_args(n)
-    w = sub.add_parser("sweep", help="N* for every point of a grid over V, d, L (and m): resumable, parallel",
-                       **kw, description=_text(
-                           "N* for every point of the grid of --V, --d, --L (and --m) values. Each grid point's "
-                           "result is printed the moment it finishes (--json: JSON lines, one object per grid "
-                           "point, in the order they finish); every evaluated N is appended to --cache at once, "
-                           "so a rerun after a failure or Ctrl-C computes only what is missing. The grid's "
-                           "memory (its largest point searched up to --n-max) is checked before any work, and "
-                           "on a Dask cluster against each worker's memory_limit."),
-                       epilog=_text(
-                           "examples:",
-                           "  python -m lib sweep --V 64 128 --d 32 64 --L 8 32 --cache points.jsonl --jobs 2\n"
-                           "  python -m lib sweep --V 256 512 --d 64 128 --L 8 16 --cache /shared/points.jsonl \\\n"
-                           "      --backend dask --scheduler tcp://10.0.0.1:8786 --json > nstar.jsonl",
-                           "A sweep that fails (no Dask scheduler at --scheduler, a grid that cannot fit, a worker "
-                           "with other code, a lost cluster) exits with status 2 and one line; Ctrl-C exits with "
-                           "status 130 and one line, whatever the backend. Finished points stay in --cache."))
+    w = command("sweep", "N* for every point of a grid over V, d, L (and m): resumable, parallel",
+                "N* for every point of the grid of --V, --d, --L (and --m) values. Each grid point's result is "
+                "printed the moment it finishes (--json: JSON lines, one object per grid point, in the order they "
+                "finish); every evaluated N is appended to --cache at once, so a rerun after a failure or Ctrl-C "
+                "computes only what is missing. The grid's memory (its largest point searched up to --n-max) is "
+                "checked before any work, and on a Dask cluster against each worker's memory_limit.",
+                ["python -m lib sweep --V 64 128 --d 32 64 --L 8 32 --cache points.jsonl --jobs 2",
+                 "python -m lib sweep --V 256 512 --d 64 128 --L 8 16 --cache /shared/points.jsonl \\\n"
+                 "      --backend dask --scheduler tcp://10.0.0.1:8786 --json > nstar.jsonl"],
+                "A sweep that fails (no Dask scheduler at --scheduler, a grid that cannot fit, a worker with other "
+                "code, a lost cluster) exits with status 2 and one line; Ctrl-C exits with status 130 and one "
+                "line, whatever the backend. Finished points stay in --cache.")
     _add_problem_args(w, multi=True)
     w.add_argument("--seeds", type=int, default=3, help="number of seeds (problems) to average over (default 3)")
     w.add_argument("--threshold", type=float, default=0.99, help="target test accuracy (default 0.99)")

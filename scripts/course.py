@@ -84,9 +84,14 @@ def grade_cells(nb) -> list:
     return [c for c in nb.cells if nbg_utils.is_grade(c)]
 
 
+def is_check(cell) -> bool:
+    """An autograded grade cell (code, locked): one exercise's check. The one rule (grading, feedback)."""
+    return cell.cell_type == "code" and nbg_utils.is_grade(cell) and not nbg_utils.is_solution(cell)
+
+
 def check_cells(nb) -> list:
     """The autograded grade cells (code, locked): the exercises' checks."""
-    return [c for c in grade_cells(nb) if not nbg_utils.is_solution(c)]
+    return [c for c in nb.cells if is_check(c)]
 
 
 def answer_cells(nb) -> list:

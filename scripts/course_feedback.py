@@ -19,17 +19,14 @@ import pathlib
 
 from nbconvert.preprocessors import Preprocessor
 
+from course import is_check
+
 # the book pages' own rule for a check cell's hidden block (book/_ext/hidden_tests.py): the feedback shows a
 # check exactly as the page and the released notebook do
 _spec = importlib.util.spec_from_file_location(
     "hidden_tests", pathlib.Path(__file__).resolve().parents[1] / "book" / "_ext" / "hidden_tests.py")
 hidden_tests = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hidden_tests)
-
-
-def is_check(cell) -> bool:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
 def hide(cell) -> bool:

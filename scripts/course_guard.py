@@ -41,9 +41,10 @@ import time
 
 import nbformat
 from nbformat.notebooknode import NotebookNode
-from nbgrader import utils as nbg_utils
 from nbgrader.preprocessors import Execute
 from traitlets import Unicode
+
+from course import is_check
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUNNER = pathlib.Path(__file__).resolve().with_name("course_check_runner.py")
@@ -78,10 +79,6 @@ def _grader_call_(ns, name, request, result):
     args, kwargs = torch.load(request, weights_only=False)
     torch.save(ns[name](*args, **kwargs), result)
 '''
-
-
-def is_check(cell) -> bool:
-    return cell.cell_type == "code" and nbg_utils.is_grade(cell) and not nbg_utils.is_solution(cell)
 
 
 def free_names(source: str) -> set[str]:

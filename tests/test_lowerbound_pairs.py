@@ -144,3 +144,28 @@ def test_the_shipped_grid_is_whole_and_recomputes():
         assert np.abs(np.array(new[k]) - row[k]).max() < 1e-3, k
     for k in ("psi", "self", "pair", "beta", "m2", "inv_r2"):
         assert abs(new["moments"][k] / row["moments"][k] - 1) < 1e-3, k
+
+
+def test_model_table_is_the_gaussian_model_at_each_members_exact_noise():
+    """model_table: for the three steps and the member without self-pairs, the N from which the mean over a point's
+    problems of A(r) at their exact excess noise stays >= 0.99, within a grid step of an integer bisection done here."""
+    from lib.analysis.lowerbound_attention import gaussian_mixture_accuracy
+    rows = [r for r in lp.shipped_pair_rows() if (r["d"], r["L"]) == (64, 32)]
+    table = lp.model_table(rows)
+    assert len(table) == 2 and {t["trigger_in_value"] for t in table} == {True, False}
+    totals = {"three": lambda N: (N * (N - 1), N), "no_self": lambda N: (N * (N - 1), 0)}
+    for t in table:
+        ms = [r["moments"] for r in rows if r["trigger_in_value"] == t["trigger_in_value"]]
+        for k, tot in totals.items():
+            def mean_acc(N):
+                xs = [m["inv_r2"] + lp.member_noise(m, N, *tot(N)) for m in ms]
+                return np.mean([gaussian_mixture_accuracy(math.sqrt(m["zz"] / x), 256, 32) for m, x in zip(ms, xs)])
+            lo, hi = 2, 2 ** 15
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if mean_acc(mid) < 0.99 else (lo, mid)
+            assert hi / 2 ** 0.25 <= t[k + "_model"] <= hi * 2 ** 0.25, (k, t[k + "_model"], hi)
+    with_trigger = next(t for t in table if t["trigger_in_value"])
+    assert with_trigger["no_self_model"] > 1.3 * with_trigger["three_model"]     # the self-pairs matter with the trigger in
+    with pytest.raises(ValueError, match="rows"):
+        lp.model_table(rows[:1])

@@ -76,3 +76,19 @@ def test_only_searches_some_columns_with_their_seeds_in_the_whole_table(tmp_path
     for bad in ([], [3], [0, 0], [True], "0"):
         with pytest.raises(ValueError, match="only"):
             per_problem_nstars(configs, 2, only=bad, **FAST)
+
+
+def test_per_problem_coverage_uses_the_cells_seeds():
+    """Each cell is the coverage learner's N* on the problem seed per_problem_nstars gives that cell."""
+    from lib.experiments.per_problem import point_seed
+    from lib.experiments.recall import per_problem_coverage
+    from lib.experiments.recall import coverage_learner_nstar
+    cfgs = [lib.TaskConfig(V=12, d=8, L=4, device="cpu"), lib.TaskConfig(V=16, d=8, L=4, device="cpu")]
+    for distinct in (False, True):
+        got = per_problem_coverage(cfgs, 3, distinct=distinct, threshold=0.9, n_test=200, n_min=4, n_max=512)
+        want = [[coverage_learner_nstar(c, point_seed(3, s, j, distinct), threshold=0.9, n_test=200, n_min=4,
+                                        n_max=512) for j, c in enumerate(cfgs)] for s in range(3)]
+        assert got.tolist() == want
+    assert np.isnan(per_problem_coverage(cfgs[:1], 1, threshold=0.999999, n_test=200, n_min=4, n_max=8)).all()
+    with pytest.raises(ValueError, match="configs"):
+        per_problem_coverage([], 2)

@@ -43,9 +43,9 @@ from ..core.task import Batch, check_batch, sample_batch
 from .lowerbound_attention import (accuracy_ceiling, attention_lower_bound, class_accuracy_path,  # noqa: F401
                                    critical_ratio, distinct_law, excess_noise_floor, gaussian_mixture_accuracy,
                                    n_grid, reduction_constants, step2_direction, theta_scan)
-from .lowerbound_pairs import (best_direction, learner_directions, member_noise, pair_ceiling, pair_lower_bound,  # noqa: F401
-                               pair_moments, pair_noise_floor, pair_nstar, pair_row, pair_table, self_terms,
-                               shipped_pair_rows)
+from .lowerbound_pairs import (EVEN, best_direction, learner_directions, member_noise, model_table,  # noqa: F401
+                               pair_ceiling, pair_lower_bound, pair_moments, pair_noise_floor, pair_nstar, pair_row,
+                               pair_table, self_terms, shipped_pair_rows)
 
 ESTIMATORS = ("bayes", "matched", "readout", "inversion", "assignment")
 

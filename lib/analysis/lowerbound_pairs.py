@@ -131,7 +131,12 @@ def pair_ceiling(m: dict, N: int) -> float:
     """A(r), |z|^2 / r^2 = inv_r2 + X_P(N): under Gaussian scores, the highest mean attention accuracy over
     batches of N samples that any member of the class reaches on this problem (the theorem)."""
     m = _check_moments(m)
-    x = m["inv_r2"] + pair_noise_floor(m, N)[0]
+    return _model_accuracy(m, pair_noise_floor(m, N)[0])
+
+
+def _model_accuracy(m: dict, excess: float) -> float:
+    """Part (b)'s model: the mean attention accuracy A(r) of Gaussian scores with |z|^2 / r^2 = inv_r2 + excess."""
+    x = m["inv_r2"] + excess
     if x <= 0:
         return 1.0
     return float(gaussian_mixture_accuracy(math.sqrt(m["zz"] / x), int(m["V"]), int(m["L"])))
@@ -323,6 +328,33 @@ def pair_table(rows, threshold: float = 0.99) -> list:
             row[k], row[k + "_lo"], row[k + "_hi"] = req["nstar"], req["lo"], req["hi"]
             each = [_stays(a >= t) for a in acc]
             row[k + "_each"] = [math.inf if i is None else float(Ns[i]) for i in each]
+        out.append(row)
+    return out
+
+
+EVEN = {"three": lambda N: (N * (N - 1), N), "no_self": lambda N: (N * (N - 1), 0)}   # totals (A, B) at N
+
+
+def model_table(rows, threshold: float = 0.99) -> list:
+    """Part (b)'s model where no bound enters: for the members of EVEN, whose weights are spread evenly so that
+    `member_noise` is their exact excess noise, one dict per point of `rows` (as `pair_table`) with "<learner>_model",
+    the requirement (`attention_curve.requirement`, on the rows' grid) of the mean over the problems of the model's
+    accuracy at that exact noise. Measured over model is then the model's own error for that member."""
+    from .attention_curve import requirement
+    t = _threshold(threshold)
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["V"], r["d"], r["L"], r["trigger_in_value"]), []).append(r)
+    out = []
+    for key in sorted(groups):
+        g = groups[key]
+        Ns = g[0]["Ns"]
+        if len(g) < 2 or any(r["Ns"] != Ns for r in g) or min(Ns) < 2:
+            raise ValueError(f"rows must hold >= 2 problems on one grid of N >= 2 per point, not so at {key}")
+        row = dict(zip(("V", "d", "L", "trigger_in_value"), key))
+        for k, totals in EVEN.items():
+            acc = [[_model_accuracy(m, member_noise(m, N, *totals(N))) for N in Ns] for m in (r["moments"] for r in g)]
+            row[k + "_model"] = requirement(np.array(acc), Ns, t)["nstar"]
         out.append(row)
     return out
 

@@ -132,3 +132,20 @@ def coverage_learner_nstar(cfg: TaskConfig, seed: int, *, threshold: float = 0.9
         return float(torch.where(seen[x_test], 1.0, other).mean())
 
     return threshold_search(lambda N: accuracy(N) >= threshold, n_min, n_max, resolution).first_true
+
+
+def per_problem_coverage(configs: list[TaskConfig], problems: int, *, distinct: bool = False, guess: bool = False,
+                         threshold: float = 0.99, n_test: int = 1024, n_min: int = 16, n_max: int = 2 ** 13,
+                         resolution: float = 0.1) -> np.ndarray:
+    """(problems, len(configs)) array of the coverage learner's N* (`coverage_learner_nstar`, `guess` as
+    there; nan where not reached by n_max) on the problems, batches and test samples that `per_problem_nstars`
+    with the same `distinct` and search options gives each cell, so the two tables compare cell by cell."""
+    from .per_problem import point_seed
+    problems = check_int("problems", problems, 1)
+    check_bool("distinct", distinct)
+    if not isinstance(configs, (list, tuple)) or not configs or not all(isinstance(c, TaskConfig) for c in configs):
+        raise ValueError("configs must be a non-empty list of TaskConfig")
+    found = [[coverage_learner_nstar(c, point_seed(problems, s, j, distinct), threshold=threshold, n_test=n_test,
+                                     n_min=n_min, n_max=n_max, resolution=resolution, guess=guess)
+              for j, c in enumerate(configs)] for s in range(problems)]
+    return np.array([[np.nan if n is None else n for n in row] for row in found], float)

@@ -117,7 +117,7 @@ def refined_memory_accuracy(V: int, d: int, N: float, s2: float = 1.0) -> float:
     rho, a, b = rho[:, None, None, None], a[None, :, None, None], b[None, None, :, None]
     # the mean bias given a = |e_x|^2 (its factor s2^2 + s2/d becomes s2^2 + s2 a/d), at a wrong label, and
     # the part of it at the correct label not carried by the input's own count
-    mb_off = m["mean_bias"] * ((s2 * s2 + s2 * a / d) / (s2 * s2 + s2 / d) if s2 > 0 else 0 * a)
+    mb_off = m["mean_bias"] * ((s2 * s2 + s2 * a / d) / (s2 * s2 + s2 / d) if s2 > 0 else torch.zeros_like(a))
     mb_y = mb_off * ((V + 1) / d) / (1 + (V + 1) / d)
     mu = b * (rho * a + (rho - 1) * s2)
     var_y = m["crosstalk_y"] * a + m["trigger_key"] + mb_y
