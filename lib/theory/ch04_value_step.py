@@ -48,7 +48,10 @@ def step1_term_moments(N: int, d: int, L: int, V: int) -> dict:
     tc_b = cu * (f * (1 + (L * L - 1) / V) + V * (L - 1) / N) / d
     tc_ab = f * L * L * cu / (V * d)
     tc = tc_a + tc_b + 2 * tc_ab
-    out["crosstalk"] = dict(mean_at=0.0, var_at=x_at + tc, mean_off=0.0, var_off=x_off + tc)
+    # at k = y both halves of the trigger's cross-talk hold the matched path V (n_x/N) |u_y|^2 (z . e_x):
+    # their covariance there gains E[(V n/N)^2] E|u|^4 E(z . e)^2 = f q / d, twice
+    m_at = 2 * f * q / d
+    out["crosstalk"] = dict(mean_at=0.0, var_at=x_at + tc + m_at, mean_off=0.0, var_off=x_off + tc)
     # other tokens: test's other tokens read through the informative memory (L - 1 copies of a
     # cross-talk sum, and a spike of size ~1 when Pi(x_t) = k) + the memory's other tokens
     ot_mean = (L - 1) / V
