@@ -6,7 +6,8 @@
 One job is one search, `lib.factual.grid_search(block, S, seed)`, under one draw (lib.core.seed.set_draw):
 every block, size S (the fitted range and the sizes beyond it) and seed of the grid, for each draw, and
 `lib.factual.direct_search(S, seed, steps)` at every size and seed of DIRECT_GRID (and its second budget),
-and `lib.factual.noise_point` at DIRECT_GRID["noise"] for every seed (n: the width if it stores the facts). Each worker runs one torch thread; every trained
+and the attention searches again at CAPACITY_GRID["budget_steps"] for its "budget_S", and
+`lib.factual.noise_point` at DIRECT_GRID["noise"] for every seed (n: the width if it stores the facts). Each worker runs one torch thread; every trained
 point is appended to the store (a FactStore: one checksummed line per point, appended under flock), so
 the jobs share one file, a killed run keeps what it trained, and a rerun trains only what is missing.
 Draw 0 first, the largest problems first within a draw. Prints one line per search.
@@ -40,7 +41,7 @@ def _job(args):
         r = {"n": c["width"] if p["max_acc"] >= F.CAPACITY_GRID["threshold"] else None, "last_false": None,
              "block_params": None}
     else:
-        r = F.grid_search(block, S, seed, store=F.FactStore(out), device=device)
+        r = F.grid_search(block, S, seed, store=F.FactStore(out), device=device, steps=steps)
     return block, S, seed, steps, draw, r, time.perf_counter() - t0
 
 
@@ -50,8 +51,9 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", type=int, nargs="+", default=[0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--only", choices=("all", "direct", "noise"), default="all",
-                    help="direct: DIRECT_GRID's searches only; noise: its noise points only")
+    ap.add_argument("--only", choices=("all", "direct", "noise", "budget"), default="all",
+                    help="direct: DIRECT_GRID's searches only; noise: its noise points only; budget: the attention "
+                         "searches at CAPACITY_GRID's budget_steps only")
     a = ap.parse_args(argv)
     if a.jobs < 1:
         ap.error("--jobs must be at least 1")
@@ -60,6 +62,9 @@ def main(argv=None) -> int:
     from lib.factual import CAPACITY_GRID as G, DIRECT_GRID as D
     jobs = [(b, S, s, None, k, a.out, a.device) for k in a.draws for b in ("attention", "mlp")
             for S in G["S"][b] + G["beyond"][b] for s in G["seeds"]] if a.only == "all" else []
+    if a.only in ("all", "budget"):         # the attention searches again at the larger budget
+        jobs += [("attention", S, s, G["budget_steps"], k, a.out, a.device) for k in a.draws
+                 for S in G["budget_S"]["attention"] for s in G["seeds"]]
     if a.only in ("all", "direct"):
         jobs += [("direct", S, s, None, k, a.out, a.device) for k in a.draws for S in D["S"] for s in G["seeds"]]
         jobs += [("direct", S, s, D["budget_steps"], k, a.out, a.device) for k in a.draws for S in D["budget_S"]

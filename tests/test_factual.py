@@ -262,6 +262,21 @@ def test_capacity_grid_keeps_the_heads_rank_within_d():
         F.grid_search("both", 8, 0)
     with pytest.raises(ValueError, match="S must be"):
         F.grid_search("mlp", 0, 0)
+    with pytest.raises(ValueError, match="steps must be"):
+        F.grid_search("attention", 8, 0, steps=0)
+
+
+def test_the_attention_budget_searches_are_shipped_and_nested():
+    """CAPACITY_GRID's attention searches at budget_steps: shipped for draw 0 (read, not trained), and never
+    more heads than at the grid's 1000 steps (a run that stops by step 1000 runs the same steps at 3000)."""
+    g = F.CAPACITY_GRID
+    assert g["budget_steps"] > g["train"].steps and set(g["budget_S"]["attention"]) <= set(g["S"]["attention"])
+    st = F.FactStore(None, read_also=F.CAPACITY_STORE)
+    for S in g["budget_S"]["attention"]:
+        for seed in g["seeds"]:
+            long_, short = (F.grid_search("attention", S, seed, store=st, steps=k) for k in (g["budget_steps"], None))
+            assert long_["n"] is not None and long_["n"] <= short["n"]
+    assert st.computed == 0
 
 
 def test_direct_grid_searches_the_mlp_with_no_noise_tokens():

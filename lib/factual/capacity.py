@@ -147,6 +147,7 @@ CAPACITY_GRID = {
     "n_max": {"attention": 64, "mlp": 128},
     "seeds": (0, 1, 2),
     "train": TrainConfig(steps=1000, batch=256, lr=0.02, log_every=20, n_test=2048, stop_at=0.95),
+    "budget_steps": 3000, "budget_S": {"attention": (16, 512)},   # the attention searches again, at this budget
 }
 
 
@@ -196,10 +197,13 @@ def grid_block_params(block: str, n: int) -> int:
     return block_param_counts(block_config(block, n, g["d"], g["d_h"], g["unit"]))[block]
 
 
-def grid_search(block: str, S: int, seed: int, store: FactStore | None = None, device: str = "cpu") -> dict:
+def grid_search(block: str, S: int, seed: int, store: FactStore | None = None, device: str = "cpu",
+                steps: int | None = None) -> dict:
     """`smallest_model` at one point of CAPACITY_GRID: the task (S, R, D, T) with this seed, the block's
-    model family and n_max, the grid's training; the result of `smallest_model`."""
+    model family and n_max, the grid's training (`steps`: another step budget; None: the grid's 1000); the
+    result of `smallest_model`."""
     check_choice("block", block, BLOCKS)
     g = CAPACITY_GRID
-    return smallest_model(_grid_task(S, seed), block, g["threshold"], g["train"], d=g["d"], d_h=g["d_h"], unit=g["unit"],
+    train_cfg = g["train"] if steps is None else replace(g["train"], steps=check_int("steps", steps, 1))
+    return smallest_model(_grid_task(S, seed), block, g["threshold"], train_cfg, d=g["d"], d_h=g["d_h"], unit=g["unit"],
                           n_max=g["n_max"][block], resolution=g["resolution"], seed=seed, store=store, device=device)
