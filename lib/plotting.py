@@ -3,7 +3,9 @@ chapters' code cells stay short.
 
 Colours: test accuracy, attention accuracy and oracle-attention accuracy; random vs orthogonal
 embeddings; one-step (Hebbian) vs trained memories; predictions in black. `axes` opens a labelled
-figure and `finish` adds the legend and shows it; `loglog_with_fit` draws points on log-log axes
+figure and `finish` adds the legend and shows it; `show` shows a figure only when every axis a reader sees
+is labelled (`unlabelled` names those that are not; every figure of the book goes through it, and
+tests/test_figures.py checks that it does); `loglog_with_fit` draws points on log-log axes
 with their least-squares line and prints the fitted slope on the plot; `measured_and_predicted`
 draws measurements beside the curve that predicts them; `glue_values` glues many numbers into the
 page in one call (myst-nb).
@@ -42,10 +44,38 @@ def axes(title: str, xlabel: str, ylabel: str, figsize=(6, 3.8), xscale: str = "
 
 
 def finish(ax, fontsize: float = 8, loc: str = "best") -> None:
-    """Legend, then show the figure."""
+    """Legend, then show the figure (through `show`, which checks its labels)."""
+    ax.legend(fontsize=fontsize, loc=loc)
+    show()
+
+
+def unlabelled(fig) -> list:
+    """The axes of `fig` that a reader could not read: for every visible axes that draws something (not a
+    colorbar), "<title>: x" when neither it nor an axes sharing its x axis has an x label, "<title>: y" the
+    same for y. A twin axes (`twinx`) shares x with its parent, so only its own y label is asked for."""
+    out = []
+    for i, ax in enumerate(fig.axes):
+        if not ax.get_visible() or not ax.axison or getattr(ax, "_colorbar", None) is not None:
+            continue
+        if not (ax.lines or ax.collections or ax.images or ax.patches or ax.containers):
+            continue
+        name = ax.get_title() or f"axes {i}"
+        for which, shared in (("x", ax.get_shared_x_axes()), ("y", ax.get_shared_y_axes())):
+            label = lambda a: (a.get_xlabel() if which == "x" else a.get_ylabel()).strip()   # noqa: E731
+            if not label(ax) and not any(label(o) for o in fig.axes if o is not ax and shared.joined(ax, o)):
+                out.append(f"{name}: {which}")
+    return out
+
+
+def show(fig=None) -> None:
+    """Show the open figures (or `fig`), after checking that every axis a reader sees is labelled
+    (`unlabelled`): a ValueError names the axes that are not. Every figure of the book goes through here."""
     import matplotlib.pyplot as plt
 
-    ax.legend(fontsize=fontsize, loc=loc)
+    figs = [fig] if fig is not None else [plt.figure(n) for n in plt.get_fignums()]
+    bad = [f"{b}" for f in figs for b in unlabelled(f)]
+    if bad:
+        raise ValueError("figure axes without a label (set_xlabel / set_ylabel): " + "; ".join(bad))
     plt.show()
 
 
@@ -188,7 +218,7 @@ def linear_coefficient_figure(c1_meas: dict, c1_theory) -> None:
     ax.set_ylabel(r"linear Hermite coefficient $c_1$")
     ax.set_title(r"He$_3$ has a linear part unless its input has unit scale", fontsize=10)
     ax.legend(fontsize=7)
-    plt.show()
+    show(fig)
 
 
 def loglog_panel(ax, x, measured, predicted, names, colors: dict, xlabel: str, ylabel: str) -> dict:
