@@ -342,3 +342,12 @@ def test_block_params_without_building_the_model_equal_the_built_count():
         F.grid_block_params("mlp", 0)
     with pytest.raises(ValueError, match="cfg"):
         F.block_param_counts("mlp")
+
+
+def test_budget_effect_ratios_slopes_and_paired_drop():
+    short = {(2, 0): 2, (8, 0): 8, (2, 1): 3, (8, 1): 12, (2, 2): 2, (8, 2): 16}
+    long_ = {(2, 0): 2, (8, 0): 4, (2, 1): 3, (8, 1): 6, (2, 2): 2, (8, 2): 16}
+    ratio, ends, drop = F.budget_effect(short, long_, (2, 8), (0, 1, 2))
+    assert ratio[2] == pytest.approx((1.0, 1.0, 1.0)) and ratio[8][0] == pytest.approx(0.25 ** (1 / 3))
+    assert ends[1000] == pytest.approx([1.0, 1.0, 1.5]) and ends[3000] == pytest.approx([0.5, 0.5, 1.5])
+    assert drop[0] == pytest.approx(1 / 3) and drop[1] > 0                      # paired by seed: (0.5, 0.5, 0)

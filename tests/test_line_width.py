@@ -33,7 +33,7 @@ STILL_WIDE = {
     "08_mlp_memory.ipynb": 46,
     "09_lower_bound.ipynb": 67,
     "10_beyond_three_steps.ipynb": 108,
-    "11_factual_recall.ipynb": 73,
+    "11_factual_recall.ipynb": 71,
 }
 
 

@@ -301,6 +301,23 @@ def shipped_pair_rows() -> list:
         return [json.loads(line) for line in f if line.strip()]
 
 
+POINT = ("V", "d", "L", "trigger_in_value")          # what makes a point of the grid
+
+
+def _points(rows):
+    """(key, the point's rows, its grid Ns) per point of `rows`, in sorted order; a point needs >= 2 problems
+    on one grid."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in POINT), []).append(r)
+    for key in sorted(groups):
+        g = groups[key]
+        Ns = g[0]["Ns"]
+        if len(g) < 2 or any(r["Ns"] != Ns for r in g):
+            raise ValueError(f"rows must hold >= 2 problems on one grid per point, not so at {key}")
+        yield key, g, Ns
+
+
 def pair_table(rows, threshold: float = 0.99) -> list:
     """One dict per (V, d, L, trigger setting) of `rows` (dicts as `shipped_pair_rows` gives, >= 2 problems per
     point, one grid per point): "bound" (`pair_nstar` of the point's problems), "bound_each" (each problem's own),
@@ -310,16 +327,9 @@ def pair_table(rows, threshold: float = 0.99) -> list:
     "<learner>_each" each problem's first N from which its own accuracy stays >= threshold (inf: not reached)."""
     from .attention_curve import _stays, requirement
     t = _threshold(threshold)
-    groups = {}
-    for r in rows:
-        groups.setdefault((r["V"], r["d"], r["L"], r["trigger_in_value"]), []).append(r)
     out = []
-    for key in sorted(groups):
-        g = groups[key]
-        Ns = g[0]["Ns"]
-        if len(g) < 2 or any(r["Ns"] != Ns for r in g):
-            raise ValueError(f"rows must hold >= 2 problems on one grid per point, not so at {key}")
-        row = dict(zip(("V", "d", "L", "trigger_in_value"), key), problems=len(g),
+    for key, g, Ns in _points(rows):
+        row = dict(zip(POINT, key), problems=len(g),
                    bound=pair_nstar([r["moments"] for r in g], t),
                    bound_each=[pair_nstar(r["moments"], t) for r in g])
         for k in (*LEARNERS, BEST) if all(BEST in r for r in g) else LEARNERS:
@@ -342,16 +352,11 @@ def model_table(rows, threshold: float = 0.99) -> list:
     accuracy at that exact noise. Measured over model is then the model's own error for that member."""
     from .attention_curve import requirement
     t = _threshold(threshold)
-    groups = {}
-    for r in rows:
-        groups.setdefault((r["V"], r["d"], r["L"], r["trigger_in_value"]), []).append(r)
     out = []
-    for key in sorted(groups):
-        g = groups[key]
-        Ns = g[0]["Ns"]
-        if len(g) < 2 or any(r["Ns"] != Ns for r in g) or min(Ns) < 2:
-            raise ValueError(f"rows must hold >= 2 problems on one grid of N >= 2 per point, not so at {key}")
-        row = dict(zip(("V", "d", "L", "trigger_in_value"), key))
+    for key, g, Ns in _points(rows):
+        if min(Ns) < 2:
+            raise ValueError(f"rows must hold a grid of N >= 2 (a pair needs two samples), not so at {key}")
+        row = dict(zip(POINT, key))
         for k, totals in EVEN.items():
             acc = [[_model_accuracy(m, member_noise(m, N, *totals(N))) for N in Ns] for m in (r["moments"] for r in g)]
             row[k + "_model"] = requirement(np.array(acc), Ns, t)["nstar"]

@@ -22,7 +22,7 @@ from .task import (FactBatch, FactTask, TABLES, fact_table, relation_only, relat
 from .models import (EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, block_param_counts,
                      embeddings, param_counts)
 from .training import History, OPTIMIZERS, SCHEDULES, TrainConfig, metrics, plateau, train
-from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, DIRECT_GRID, direct_search, noise_point, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
+from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, DIRECT_GRID, budget_effect, direct_search, noise_point, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
                        grid_search, smallest_model, trained_point)
 from .reference import (NICHANI_RUN, NICHANI_TASK, count_logits, load_nichani_book_runs, load_nichani_reference,
                         nichani_sequential_run, nichani_task, sample_counts, sequence_counts)

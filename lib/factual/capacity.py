@@ -12,8 +12,11 @@ keeps the engine's record format and checksums with these keys.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, replace
+
+import numpy as np
 
 from ..core.config import check_choice, check_float, check_int
 from ..core.search import threshold_search
@@ -207,3 +210,16 @@ def grid_search(block: str, S: int, seed: int, store: FactStore | None = None, d
     train_cfg = g["train"] if steps is None else replace(g["train"], steps=check_int("steps", steps, 1))
     return smallest_model(_grid_task(S, seed), block, g["threshold"], train_cfg, d=g["d"], d_h=g["d_h"], unit=g["unit"],
                           n_max=g["n_max"][block], resolution=g["resolution"], seed=seed, store=store, device=device)
+
+
+def budget_effect(short: dict, long: dict, sizes, seeds, steps=(1000, 3000)) -> tuple:
+    """What a larger step budget changes in a search's answers: `short` and `long` map (S, seed) to the answer n
+    at the budgets `steps` (the grid's and a larger one), at the two `sizes` (S_lo, S_hi) and every seed. Returns
+    (ratio, ends, drop): ratio[S] = `theory.geometric_interval` of long / short over the seeds; ends[b] the per-seed
+    log-log slope from S_lo to S_hi at budget b of `steps`; drop = `theory.t_interval` of ends[steps[0]] -
+    ends[steps[1]], paired by seed."""
+    from .. import theory
+    lo, hi = sizes
+    ratio = {S: theory.geometric_interval([long[S, s] / short[S, s] for s in seeds]) for S in sizes}
+    ends = {b: np.log([w[hi, s] / w[lo, s] for s in seeds]) / math.log(hi / lo) for b, w in zip(steps, (short, long))}
+    return ratio, ends, theory.t_interval(ends[steps[0]] - ends[steps[1]])
