@@ -67,6 +67,7 @@ it). Chapter in brackets.
     lowerbound_attention  the attention lower bound: embedding-blind functions of the step-2 direction [9]
     lowerbound_pairs  the attention lower bound for every pair statistic of the batch           [9]
     lowerbound     counting and coverage bounds, first-gradient estimators, their heuristic N [9]
+    lowerbound_beyond  learners outside the pair class: maps of G1 before step 2, told Pi*   [9]
     model_probes   the MLP's linear Hermite coefficient at its input's scale; the attention
                    gradient after a first step W_V = eta G_1, over eta                       [3]
     lowerbound_checks  chapter 9's references the long way: estimator N* grids, enumerations  [9]

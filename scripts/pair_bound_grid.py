@@ -4,9 +4,13 @@ For each (V, d, L, trigger setting) and problem seed: the problem's moments (`lo
 and the exact attention accuracy of the three steps, of the same sum without self-pairs and of the split-batch
 steps along one nested batch (`lowerbound_pairs.learner_directions`), and of the member that attains the noise
 floor (`lowerbound_pairs.best_direction`), at every N of `n_grid(2, n_max)`.
-One JSON line per (point, problem) in --out. Usage:
+One JSON line per (point, problem) in --out. With --beyond, the rows are instead those of the four learners
+outside the class (`lowerbound_beyond.beyond_row`: step 2 with a memory from the assignment of G1's inversion
+scores, with that assignment's read-out, with a memory from the assignment of the decoded co-occurrence table, and
+with the memory written with Pi* itself), on the same problems and batches. Usage:
 
     python scripts/pair_bound_grid.py --out book/data/ch09_pairs.jsonl --jobs 2
+    python scripts/pair_bound_grid.py --beyond --out book/data/ch09_beyond.jsonl --jobs 2
 """
 import argparse
 import json
@@ -21,12 +25,14 @@ V_GRID, D_GRID, L_GRID = (256,), (32, 48, 64, 96, 128), (8, 16, 32, 64)
 
 
 def one(args):
-    V, d, L, tin, seed, n_max, samples = args
+    V, d, L, tin, seed, n_max, samples, *beyond = args
     import torch
     torch.set_num_threads(1)
     import lib
+    from lib.analysis import lowerbound_beyond as lb2
     from lib.analysis import lowerbound_pairs as lp
-    return lp.pair_row(lib.TaskConfig(V=V, d=d, L=L, trigger_in_value=tin), seed, n_max, samples)
+    cfg = lib.TaskConfig(V=V, d=d, L=L, trigger_in_value=tin)
+    return lb2.beyond_row(cfg, seed, n_max) if beyond and beyond[0] else lp.pair_row(cfg, seed, n_max, samples)
 
 
 def main():
@@ -38,9 +44,10 @@ def main():
     ap.add_argument("--samples", type=int, default=8000)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--trigger", choices=("in", "out", "both"), default="both")
+    ap.add_argument("--beyond", action="store_true", help="the learners outside the class instead (beyond_row)")
     a = ap.parse_args()
     trig = {"in": (True,), "out": (False,), "both": (True, False)}[a.trigger]
-    tasks = [(V, d, L, t, a.seed0 + s, a.n_max, a.samples) for V in V_GRID for d in D_GRID for L in L_GRID
+    tasks = [(V, d, L, t, a.seed0 + s, a.n_max, a.samples, a.beyond) for V in V_GRID for d in D_GRID for L in L_GRID
              for t in trig for s in range(a.problems)]
     t0 = time.time()
     with ProcessPoolExecutor(a.jobs) as ex, open(a.out, "w") as f:

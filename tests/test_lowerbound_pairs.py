@@ -9,6 +9,7 @@ import torch
 
 import lib
 from lib.analysis import k_noise
+from lib.analysis import lowerbound_beyond as lb2
 from lib.analysis import lowerbound_pairs as lp
 from lib.core.task import Batch
 
@@ -169,3 +170,95 @@ def test_model_table_is_the_gaussian_model_at_each_members_exact_noise():
     assert with_trigger["no_self_model"] > 1.3 * with_trigger["three_model"]     # the self-pairs matter with the trigger in
     with pytest.raises(ValueError, match="rows"):
         lp.model_table(rows[:1])
+
+
+@pytest.mark.parametrize("tin", [True, False])
+def test_learners_beyond_the_class_are_step_2_with_their_memory(tin):
+    """Each learner outside the class is step 2's gradient (the model's closed form, and autograd at a small value
+    matrix) with the value matrix its permutation writes; with d >= V and many samples the assignment recovers Pi*,
+    and the assigned memory is then the memory written with Pi*."""
+    from lib.analysis.lowerbound import _dU, assigned_labels, cooccurrence, g1_from_counts, inversion_scores
+    from lib.core.gradients import autograd_gradients, direct_gradients
+    from lib.core.models import Params
+    from lib.core.steps import direction
+    cfg = lib.TaskConfig(V=48, d=16, L=6, trigger_in_value=tin, dtype="float64", device="cpu")
+    p = lib.make_problem(cfg, 5)
+    n = 300
+    b = lib.sample_batch(p, n, 5)
+    got = lb2.assigned_directions(p, b, n)
+    C = cooccurrence(p, b)[0]
+    pi = assigned_labels(p, inversion_scores(p, g1_from_counts(p, C, n)))
+    assert got["recovered"] == float((pi == p.perm).double().mean())
+    dU, q = _dU(p), p.z_eos
+    E = p.E[: cfg.V].double()
+    pi_c = assigned_labels(p, C - C.mean(0, keepdim=True))             # the table with column means removed
+    assert got["recovered_decoded"] == float((pi_c == p.perm).double().mean())
+    shifted = C + 3 * torch.arange(cfg.V, dtype=C.dtype)[None, :]        # a constant per column: G1 is unchanged
+    assert torch.allclose(g1_from_counts(p, shifted, n), g1_from_counts(p, C, n), rtol=0, atol=1e-12)
+    centred = shifted - shifted.mean(0, keepdim=True)                  # ... and so is what the decoded learner reads
+    assert torch.allclose(centred, C - C.mean(0, keepdim=True), rtol=0, atol=1e-9)
+    for key, labels in (("assigned_memory", pi), ("decoded", pi_c), ("told", p.perm)):
+        M = dU[labels].T @ E                                           # sum_j a_{labels(j)} e_j^T
+        zero = torch.zeros(cfg.d, cfg.d, dtype=torch.float64)
+        g = direct_gradients(p, Params(M, zero), b, need_V=False, uniform_error=True).W_KQ
+        want = -direction(g, q) * n
+        assert float((got[key] - want).norm() / want.norm()) < 1e-12, key
+        eps = 1e-7                                                     # the output error at a tiny memory is uniform's
+        ga = autograd_gradients(p, Params(eps * M, zero), b).W_KQ
+        assert float((got[key] + direction(ga, q) * n / eps).norm() / want.norm()) < 1e-4, key
+    named = torch.empty(cfg.V, dtype=torch.long)
+    named[pi] = torch.arange(cfg.V)
+    # the read-out learner: read-out e_{named(y)} for label y; a sample's scores e_{x_t} . e_{named(y_n)}
+    x, l = b.tokens.long(), b.pos.long()
+    want = torch.zeros(cfg.d, dtype=torch.float64)
+    for i in range(n):
+        keys = E[x[i]].clone()
+        keys[l[i]] += p.z_trig
+        vals = keys if tin else E[x[i]]
+        s = vals @ E[named[p.perm[x[i, l[i]]]]]
+        want += ((s - s.mean())[:, None] * keys).mean(0)
+    assert float((got["assigned_readout"] - want).norm() / want.norm()) < 1e-12
+    big = lib.TaskConfig(V=16, d=32, L=4, trigger_in_value=tin, dtype="float64", device="cpu")
+    pb = lib.make_problem(big, 1)
+    bb = lib.sample_batch(pb, 3000, 1)
+    full = lb2.assigned_directions(pb, bb, 3000)
+    assert full["recovered"] == 1.0 and full["recovered_decoded"] == 1.0
+    assert float((full["assigned_memory"] - full["told"]).norm() / full["told"].norm()) < 1e-12
+    assert float((full["decoded"] - full["told"]).norm() / full["told"].norm()) < 1e-12
+    Eb = pb.E[: big.V].double()                                        # recovered: read-out e_{x*} of the true token
+    want = lp._step2(Eb, pb.z_trig.double(), bb.tokens.long(), bb.pos.long(), Eb, tin)
+    assert float((full["assigned_readout"] - want).norm() / want.norm()) < 1e-12
+    with pytest.raises(ValueError, match="counts"):
+        lb2.assigned_directions(p, b, n, counts=C[:3])
+    with pytest.raises(ValueError, match="N must"):
+        lb2.assigned_directions(p, b, n + 1)
+
+
+def test_beyond_table_reads_each_learner_and_the_bound_of_the_same_problems():
+    cfg = lib.TaskConfig(V=64, d=32, L=8)
+    rows = [lb2.beyond_row(cfg, s, 2 ** 9) for s in (0, 1)]
+    pair = [{"V": 64, "d": 32, "L": 8, "trigger_in_value": True, "seed": s,
+             "moments": lp.pair_moments(lib.make_problem(cfg, s), 400)} for s in (0, 1)]
+    (t,) = lb2.beyond_table(rows, pair)
+    assert t["bound"] == lp.pair_nstar([r["moments"] for r in pair])
+    for k in lb2.BEYOND:
+        assert t[k + "_lo"] <= t[k] <= t[k + "_hi"]
+    assert t["told"] <= t["assigned_memory"]                           # told the permutation, it needs no more
+    Ns = rows[0]["Ns"]
+    i = max(j for j, N in enumerate(Ns) if N <= t["bound"])
+    assert t["recovered_at_bound"] == pytest.approx(np.mean([r["recovered"][i] for r in rows]))
+    with pytest.raises(ValueError, match="missing seeds"):
+        lb2.beyond_table(rows, pair[:1])
+
+
+@pytest.mark.slow
+def test_the_shipped_beyond_grid_is_whole_and_recomputes():
+    """The learners outside the class were run on exactly the pair grid's problems, and one row recomputes."""
+    rows, pair = lb2.shipped_beyond_rows(), lp.shipped_pair_rows()
+    key = lambda r: (r["V"], r["d"], r["L"], r["trigger_in_value"], r["seed"])    # noqa: E731
+    assert sorted(map(key, rows)) == sorted(map(key, pair)) and len(rows) == 240
+    assert all(r["Ns"] == p["Ns"] for r, p in zip(sorted(rows, key=key), sorted(pair, key=key)))
+    row = next(r for r in rows if (r["d"], r["L"], r["trigger_in_value"]) == (48, 16, True))
+    new = lb2.beyond_row(lib.TaskConfig(V=256, d=48, L=16, trigger_in_value=True), row["seed"], row["Ns"][-1])
+    for k in (*lb2.BEYOND, "recovered", "recovered_decoded"):
+        assert np.abs(np.array(new[k]) - row[k]).max() < 1e-3, k

@@ -215,51 +215,36 @@ def token_accuracy(problem: Problem, scores: torch.Tensor) -> float:
 
 def assignment(W) -> np.ndarray:
     """Maximum-weight assignment of a square score table W[k, j] (label k, token j): the permutation
-    pi maximising sum_j W[pi(j), j], returned as (V,) labels pi(j) (Hungarian method with potentials,
-    O(V^3), vectorised over columns; tests check it against scipy.optimize.linear_sum_assignment). Used on
-    `inversion_scores`: Pi* is a permutation, and the
+    pi maximising sum_j W[pi(j), j], returned as (V,) labels pi(j) (scipy.optimize.linear_sum_assignment;
+    where several permutations tie, the one it returns). Used on `inversion_scores`: Pi* is a permutation, and the
     assignment is unchanged by adding a constant to a column, so it is a function of G1 too."""
-    Cst = -np.asarray(W.cpu() if isinstance(W, torch.Tensor) else W, dtype=float)
-    if Cst.ndim != 2 or Cst.shape[0] != Cst.shape[1] or not np.isfinite(Cst).all():
-        raise ValueError(f"W must be a finite square table, got shape {Cst.shape}")
-    n = Cst.shape[0]
-    u, v = np.zeros(n + 1), np.zeros(n + 1)
-    p, way = np.zeros(n + 1, dtype=int), np.zeros(n + 1, dtype=int)   # p[j]: row matched to column j (1-based)
-    for i in range(1, n + 1):
-        p[0], j0 = i, 0
-        minv, used = np.full(n + 1, np.inf), np.zeros(n + 1, dtype=bool)
-        while True:
-            used[j0] = True
-            i0 = p[j0]
-            cur = np.full(n + 1, np.inf)
-            cur[1:] = Cst[i0 - 1] - u[i0] - v[1:]
-            free = ~used
-            upd = free & (cur < minv)
-            minv[upd], way[upd] = cur[upd], j0
-            masked = np.where(free, minv, np.inf)
-            j1 = int(np.argmin(masked))
-            delta = masked[j1]
-            u[p[used]] += delta
-            v[used] -= delta
-            minv[free] -= delta
-            j0 = j1
-            if p[j0] == 0:
-                break
-        while j0:
-            j1 = way[j0]
-            p[j0] = p[j1]
-            j0 = j1
-    return p[1:] - 1
+    from scipy.optimize import linear_sum_assignment
+    W = np.asarray(W.cpu() if isinstance(W, torch.Tensor) else W, dtype=float)
+    if W.ndim != 2 or W.shape[0] != W.shape[1] or not np.isfinite(W).all():
+        raise ValueError(f"W must be a finite square table, got shape {W.shape}")
+    rows, cols = linear_sum_assignment(W, maximize=True)
+    out = np.empty(W.shape[0], dtype=int)
+    out[cols] = rows
+    return out
+
+
+def assigned_labels(problem: Problem, scores: torch.Tensor) -> torch.Tensor:
+    """(V,) long: the label pi(j) of each token j under the maximum-weight assignment of `scores` (V, V), label
+    k by token j. The scores are rounded to 9 significant digits of their largest entry first, so that ties
+    broken by float round-off (which depends on the thread count) are broken the same way every time."""
+    _check_problem(problem)
+    V = problem.cfg.V
+    if not isinstance(scores, torch.Tensor) or scores.shape != (V, V):
+        raise ValueError(f"scores must be a ({V}, {V}) tensor")
+    W = scores.cpu().numpy()
+    W = np.round(W / max(float(np.abs(W).max()), 1e-300), 9)       # exact ties (integer counts at d >= V) stay
+    return torch.as_tensor(assignment(W), dtype=torch.long)        # ties, whatever the float rounding
 
 
 def assignment_accuracy(problem: Problem, scores: torch.Tensor) -> float:
-    """Fraction of tokens j whose label under the maximum-weight assignment of `scores` is Pi*(j). The scores
-    are rounded to 9 significant digits of their largest entry first, so that ties broken by float
-    round-off (which depends on the thread count) are broken the same way every time."""
-    _check_problem(problem)
-    W = scores.cpu().numpy()
-    W = np.round(W / max(float(np.abs(W).max()), 1e-300), 9)       # exact ties (integer counts at d >= V) stay
-    return float((assignment(W) == problem.perm.cpu().numpy()).mean())   # ties, whatever the float rounding
+    """Fraction of tokens j whose label under the maximum-weight assignment of `scores` is Pi*(j)
+    (`assigned_labels`)."""
+    return float((assigned_labels(problem, scores) == problem.perm.cpu()).double().mean())
 
 
 def bayes_accuracy(n: torch.Tensor) -> float:

@@ -146,25 +146,17 @@ def pair_nstar(ms, threshold: float = 0.99) -> float:
     """N_P: the smallest integer N at which the mean over the problems of `pair_ceiling` reaches `threshold`
     (`ms`: one dict of `pair_moments` per problem, or a single dict); inf if it does not by 2^40. The ceiling
     never falls as N grows (each term of the quadratic falls with N at fixed weights), so the root is found by
-    bisection."""
+    the library's one monotone search (`core.search.smallest_true`)."""
     t = _threshold(threshold)
     ms = [ms] if isinstance(ms, dict) else list(ms)
     if not ms:
         raise ValueError("ms must hold at least one problem's moments")
     ms = [_check_moments(m) for m in ms]
-    f = lambda n: float(np.mean([pair_ceiling(m, n) for m in ms]))       # noqa: E731
-    if f(1) >= t:
-        return 1.0
-    hi = 2
-    while f(hi) < t:
-        if hi >= N_MAX:
-            return math.inf
-        hi *= 2
-    lo = hi // 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if f(mid) < t else (lo, mid)
-    return float(hi)
+    from ..core.search import smallest_true
+    try:
+        return float(smallest_true(lambda n: np.mean([pair_ceiling(m, n) for m in ms]) >= t, 1, N_MAX))
+    except ValueError:                                  # still below t at N_MAX
+        return math.inf
 
 
 def pair_lower_bound(V: int, d: int, L: int, threshold: float = 0.99, problems: int = 4, samples: int = 4000,
@@ -216,7 +208,6 @@ def learner_directions(problem, batch, N: int, self_cumsum=None) -> dict:
     tin = cfg.trigger_in_value
     x, l = batch.tokens[:N].long(), batch.pos[:N].long()
     inf = x[torch.arange(N), l]                                       # informative tokens
-    ar = torch.arange(N)
 
     def obar_sum(idx):                                                # sum of obar_m over samples idx, per informative token
         cnt = torch.zeros(V, V, dtype=f64)
@@ -228,13 +219,7 @@ def learner_directions(problem, batch, N: int, self_cumsum=None) -> dict:
         return T
 
     def apply(idx, Wrows):                                            # sum over n in idx of C_n W_{x*_n}
-        W = Wrows                                                     # (V, d): W_i for informative token i
-        s = (E @ W.T)[x[idx], inf[idx][:, None]]                      # (n, L): e_{x_nt} . W_{x*_n}
-        if tin:
-            s[torch.arange(idx.numel()), l[idx]] += (W @ z)[inf[idx]]
-        c = s.mean(1)
-        u = torch.bincount(x[idx].reshape(-1), weights=(s - c[:, None]).reshape(-1), minlength=V)
-        return (E.T @ u + z * float((s[torch.arange(idx.numel()), l[idx]] - c).sum())) / L
+        return _step2(E, z, x[idx], l[idx], Wrows, tin)
 
     AA = a @ a.T
     allidx = torch.arange(N)
@@ -245,6 +230,23 @@ def learner_directions(problem, batch, N: int, self_cumsum=None) -> dict:
     S = apply(left, AA @ obar_sum(right))
     dt = problem.E.dtype
     return {"three": Y.to(dt), "no_self": (Y - selfsum).to(dt), "split": S.to(dt)}
+
+
+def _step2(E, z, x, l, W, tin: bool):
+    """Step 2's direction for the samples with tokens x (n, L) and informative positions l (n,), when the value
+    read-out for a sample whose informative token is i is the row W_i of W (V, d): sum over n of C_n W_{x*_n}
+    up to the factor 1/L, C_n the key covariance of sample n (keys e_x, plus z at the informative position;
+    the value of that position also holds z when `tin`). float64 in, (d,) out."""
+    import torch
+    n, L = x.shape
+    ar = torch.arange(n)
+    inf = x[ar, l]
+    s = (E @ W.T)[x, inf[:, None]]                                    # (n, L): e_{x_nt} . W_{x*_n}
+    if tin:
+        s[ar, l] += (W @ z)[inf]
+    c = s.mean(1)
+    u = torch.bincount(x.reshape(-1), weights=(s - c[:, None]).reshape(-1), minlength=E.shape[0])
+    return (E.T @ u + z * float((s[ar, l] - c).sum())) / L
 
 
 def best_direction(m: dict, N: int, dirs: dict, self_sum):
@@ -391,3 +393,4 @@ def pair_row(cfg, seed: int, n_max: int = 2 ** 15, samples: int = 8000) -> dict:
         acc[BEST].append(attention_accuracy(p, best_direction(m, N, dirs, cum[N - 1]).to(p.E.dtype)))
     return {"V": cfg.V, "d": cfg.d, "L": cfg.L, "trigger_in_value": cfg.trigger_in_value, "seed": seed, "Ns": Ns,
             "moments": m, **acc}
+
