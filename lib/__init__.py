@@ -5,6 +5,7 @@ package's included (tests/test_layers.py reads every import, those inside functi
 it). Chapter in brackets.
 
   core/         the objects the book defines, written as it writes them (the direct route)
+    paths          where the shipped data lives: book/data, or its copy installed with lib  [2, 7, 9-11]
     featuremaps    the models as registered feature maps (phi, vjp, width); activations; MLP input [3, 8]
     config         TaskConfig and argument validation                                        [all]
     seed           the one seed helper: named, explicit generators; the draw switch          [all]

@@ -2,7 +2,8 @@
 # Build the library alone (lib/, the package recall-lib of pyproject.toml) for students, who get it
 # without the repository (whose book/*.ipynb hold every solution): a wheel and an sdist in OUT.
 #   bash scripts/student_package.sh [OUT]      (default: _build/student_package/)
-# Only pyproject.toml and lib/ (no __pycache__) are copied to a temporary folder and built there with
+# Only pyproject.toml, lib/ (no __pycache__) and the data of book/data (as lib/_data, where lib.core.paths
+# finds it when lib is installed alone) are copied to a temporary folder and built there with
 # the venv's setuptools, offline (pip wheel --no-deps --no-build-isolation; setuptools' build_sdist),
 # so nothing else of the repository can reach the build and it leaves no build/ or egg-info behind.
 # scripts/check_package.py then lists every file of both and fails (exit 1, one line naming the
@@ -23,6 +24,11 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cp pyproject.toml "$stage/"
 tar -C . --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' -cf - lib | tar -C "$stage" -xf -
+# the data the chapters read (book/data) goes inside the package as lib/_data (lib.core.paths finds it there)
+mkdir -p "$stage/lib/_data"
+cp book/data/*.json book/data/*.jsonl "$stage/lib/_data/"
+sed -i 's|^\[tool.setuptools.package-data\]$|&\n"lib" = ["_data/*.json", "_data/*.jsonl"]|' "$stage/pyproject.toml"
+grep -q '^"lib" = \["_data' "$stage/pyproject.toml" || { echo "error: could not add lib/_data to the package data" >&2; exit 1; }
 
 "$py" -m pip wheel "$stage" --no-deps --no-build-isolation --no-index -q -w "$out" >&2
 if ! (cd "$stage" && "$py" -c 'import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])' \

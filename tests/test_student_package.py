@@ -183,6 +183,37 @@ def test_wheel_installs_and_imports_away_from_the_repository(built, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_installed_package_reads_every_shipped_dataset(built, tmp_path):
+    """Away from the repository, the chapters' loaders read the data installed with lib (lib/_data), the same
+    files as the repository's book/data."""
+    _, wheel, _ = built
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = sorted(p.name for p in (ROOT / "book" / "data").iterdir() if p.suffix in (".json", ".jsonl"))
+    assert shipped and all(f"lib/_data/{n}" in names for n in shipped)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
+                    str(site), str(wheel)], check=True, timeout=300)
+    code = ("import os, lib\n"
+            "from lib.core.paths import data_dir\n"
+            "from lib.core.memory import shipped_every_pair\n"
+            "from lib.analysis import attention_curve as ac, lowerbound_beyond as bb, lowerbound_pairs as lp\n"
+            "from lib import factual as F\n"
+            "from lib.experiments.store import BOOK_DATA, read_records\n"
+            "n = [len(shipped_every_pair()['n']), len(ac.shipped_curves('slice')), len(lp.shipped_pair_rows()),\n"
+            "     len(bb.shipped_beyond_rows()), len(F.load_nichani_reference()),\n"
+            "     len(F.load_nichani_book_runs('nichani_book_seeds')), len(F.FactStore(None, read_also=F.CAPACITY_STORE)),\n"
+            "     len(read_records(os.path.join(BOOK_DATA, 'ch10_points.jsonl'))[0])]\n"
+            "print(data_dir(), *n)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
+    env["PYTHONPATH"] = str(site)
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    where, *counts = r.stdout.split()
+    assert pathlib.Path(where).resolve() == (site / "lib" / "_data").resolve()
+    assert all(int(c) > 0 for c in counts), counts
+
+
+@pytest.mark.slow
 def test_checker_rejects_the_real_wheel_doctored(built, tmp_path):
     _, wheel, _ = built
     doctored = tmp_path / wheel.name

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core.config import TaskConfig, check_float, check_int
 from ..core.embeddings import make_problem
+from ..core.paths import data_dir
 from ..core.task import sample_batch
 from ..learning.schedule import three_steps
 from .. import theory
@@ -140,7 +141,7 @@ def first_passage(acc, Ns, threshold: float) -> np.ndarray:
     return np.array([float(Ns[int(np.argmax(h))]) if h.any() else math.inf for h in hit])
 
 
-CURVES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "book", "data")
+CURVES_DIR = data_dir()                           # book/data, or its copy installed with lib
 CURVE_PARTS = ("slice", "off", "off2048")
 
 

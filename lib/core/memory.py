@@ -150,8 +150,8 @@ def shipped_every_pair() -> dict:
     memory seed s]}}."""
     import json
     import os
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "book", "data",
-                        EVERY_PAIR_FILE)
+    from .paths import data_dir
+    path = os.path.join(data_dir(), EVERY_PAIR_FILE)
     with open(path) as f:
         return json.load(f)
 

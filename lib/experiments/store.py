@@ -52,13 +52,14 @@ import warnings
 from dataclasses import asdict, fields
 
 from ..core.config import TaskConfig, check_choice, check_int
+from ..core.paths import data_dir
 from .codehash import code_hash
 from .experiment import RunResult
 from ..core.seed import get_draw
 from ..core.steps import MODES, StepSizes
 
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
-BOOK_DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "book", "data"))   # shipped stores
+BOOK_DATA = data_dir()                            # shipped stores: book/data, or its copy installed with lib
 CLAIMS = ".claims"                     # <cache>.claims/: one lock file per point being (or once) computed
 
 

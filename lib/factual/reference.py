@@ -37,6 +37,7 @@ import time
 import torch
 
 from ..core.config import check_float, check_int
+from ..core.paths import data_dir
 from ..core.seed import generator
 from .models import LinearAttention
 from .task import FactTask, _check_task, fact_table, sample
@@ -44,7 +45,7 @@ from .task import FactTask, _check_task, fact_table, sample
 # Their settings (sequential-learning.ipynb, cells counted from one: 3 the task, 5 the initialisation, 7 the loop).
 NICHANI_TASK = dict(S=16, R=4, D=8, T=32, n_noise=20, eos=True, table="structured")
 NICHANI_RUN = dict(steps=2 ** 13, batch=2 ** 10, lr=0.1, init=1e-5, log_every=2 ** 13 // 128, n_test=2 ** 16)
-REFERENCE_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "book", "data", "nichani_reference.json")
+REFERENCE_PATH = os.path.join(data_dir(), "nichani_reference.json")   # book/data, or its copy installed with lib
 
 
 def nichani_task(seed: int = 0) -> FactTask:
