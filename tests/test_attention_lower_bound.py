@@ -13,7 +13,7 @@ import torch
 import lib
 from lib import lowerbound as lb
 from lib.analysis import lowerbound_attention as la
-from lib.analysis.margins import attention_accuracy, attention_nstar
+from lib.analysis.margins import attention_accuracy, measured_attention_nstar
 
 
 @pytest.mark.parametrize("kwargs, name", [
@@ -154,7 +154,7 @@ def test_step_iii_floors_below_exact_moments():
 
 @pytest.mark.parametrize("V, d, L", [(128, 32, 16), (128, 32, 32), (64, 32, 8)])
 def test_bound_below_measured_three_step_nstar(V, d, L):
-    ns = [attention_nstar(lib.TaskConfig(V=V, d=d, L=L), seed=s, n_min=1, n_max=2 ** 12) for s in range(3)]
+    ns = [measured_attention_nstar(lib.TaskConfig(V=V, d=d, L=L), seed=s, n_min=1, n_max=2 ** 12) for s in range(3)]
     gm = float(np.exp(np.mean(np.log(ns))))
     nl = lb.attention_lower_bound(V, d, L)
     print(f"\n(V, d, L) = {(V, d, L)}: three-step N* {ns}, geo-mean {gm:.1f}, N_lower {nl:.2f}, ratio {gm / nl:.2f}")

@@ -57,13 +57,13 @@ def test_lookup_guesses_are_right_on_seen_tokens_and_reproducible():
 
 
 def test_attention_grid_matches_single_calls_and_marks_unreached_as_nan():
-    from lib.analysis.margins import attention_nstar
+    from lib.analysis.margins import measured_attention_nstar
     cfgs = [lib.TaskConfig(V=32, d=16, L=8, device="cpu"), lib.TaskConfig(V=32, d=24, L=8, device="cpu")]
     ns = attention_nstar_grid(cfgs, 2, 0.9, n_max=2 ** 8)
     assert ns.shape == (2, 2)
     for s in range(2):
         for j, c in enumerate(cfgs):
-            one = attention_nstar(c, seed=s, threshold=0.9, n_min=1, n_max=2 ** 8)
+            one = measured_attention_nstar(c, seed=s, threshold=0.9, n_min=1, n_max=2 ** 8)
             assert (np.isnan(ns[s, j]) and math.isinf(one)) or ns[s, j] == one
     # d = 4 is past the population wall d <= r*^2 at L = 16: no N reaches 0.999, every entry is nan
     assert np.isnan(attention_nstar_grid([lib.TaskConfig(V=32, d=4, L=16, device="cpu")], 2, 0.999, n_max=2 ** 6)).all()

@@ -200,7 +200,7 @@ def test_predicted_attention_nstar_solves_the_snr_condition_and_matches_measurem
     assert theory.predicted_attention_nstar(V, 16, L) == math.inf            # below the wall d = r*^2
     cfg = lib.TaskConfig(V=V, d=d, L=L, device="cpu")
     problems, sigma = 16, 0.55
-    measured = [margins.attention_nstar(cfg, s, n_max=2 ** 14, points_per_octave=2) for s in range(problems)]
+    measured = [margins.measured_attention_nstar(cfg, s, n_max=2 ** 14, points_per_octave=2) for s in range(problems)]
     log_ratio = np.mean(np.log(measured)) - math.log(n * 2 ** 0.25)
     assert abs(log_ratio) < theory.t_quantile(0.975, problems - 1) * sigma / problems ** 0.5, (measured, n)
 
@@ -230,4 +230,4 @@ def test_arguments_are_validated():
     with pytest.raises(ValueError, match="n_max"):
         theory.predicted_attention_nstar(8, 64, 8, n_min=100, n_max=10)
     with pytest.raises(ValueError, match="n_max"):
-        margins.attention_nstar(lib.TaskConfig(V=8, d=4, L=4, device="cpu"), n_min=64, n_max=32)
+        margins.measured_attention_nstar(lib.TaskConfig(V=8, d=4, L=4, device="cpu"), n_min=64, n_max=32)

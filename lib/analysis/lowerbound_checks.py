@@ -86,15 +86,15 @@ def lookup_guess_accuracies(V: int, reps: int, seed: int) -> list[list[float]]:
 
 def attention_nstar_grid(configs: list[TaskConfig], problems: int, threshold: float = 0.99, *, n_min: int = 1,
                          n_max: int = 2 ** 15) -> np.ndarray:
-    """(problems, len(configs)) array of the three steps' attention N* (`lib.analysis.margins.attention_nstar`:
+    """(problems, len(configs)) array of the three steps' attention N* (`lib.analysis.margins.measured_attention_nstar`:
     the smallest N of a grid n_min..n_max, four points per doubling, at which the exact attention accuracy
     of the three steps' key direction reaches `threshold`, limit mode, bisection on nested batches);
     nan where n_max does not reach it. Problem s is seed s, as in `estimator_nstar_grid`."""
-    from .margins import attention_nstar
+    from .margins import measured_attention_nstar
     problems = check_int("problems", problems, 1)
     if not isinstance(configs, (list, tuple)) or not configs or not all(isinstance(c, TaskConfig) for c in configs):
         raise ValueError("configs must be a non-empty list of TaskConfig")
     check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
-    out = np.array([[attention_nstar(c, seed=s, threshold=threshold, n_min=n_min, n_max=n_max) for c in configs]
+    out = np.array([[measured_attention_nstar(c, seed=s, threshold=threshold, n_min=n_min, n_max=n_max) for c in configs]
                     for s in range(problems)], float)
     return np.where(np.isfinite(out), out, np.nan)

@@ -196,7 +196,7 @@ def attention_accuracy_at(cfg, N: int, seed: int = 0) -> float:
     return attention_accuracy(problem, res.k)
 
 
-def attention_nstar(cfg, seed: int = 0, threshold: float = 0.99, n_min: int = 16, n_max: int = 2 ** 16,
+def measured_attention_nstar(cfg, seed: int = 0, threshold: float = 0.99, n_min: int = 16, n_max: int = 2 ** 16,
                     points_per_octave: int = 4) -> float:
     """Critical N for attention: the smallest N on a geometric grid (n_min..n_max, `points_per_octave`
     points per doubling) with attention_accuracy_at >= threshold, by bisection (accuracy is taken to

@@ -170,7 +170,7 @@ def snr_table(rows, snr: np.ndarray, r_der, X_der, batched_problems: int) -> Non
 
 
 def critical_n(V: int, pairs, seeds, n_grid) -> dict:
-    """The critical N (attention accuracy 0.99, `margins.attention_nstar` on the half-octave grid
+    """The critical N (attention accuracy 0.99, `margins.measured_attention_nstar` on the half-octave grid
     n_grid[0]..n_grid[-1]) of every seed, for each (d, L) of `pairs`; a pair listed twice is computed
     once. Returns {(d, L): array over seeds}."""
     seeds = _seeds(seeds)
@@ -180,7 +180,7 @@ def critical_n(V: int, pairs, seeds, n_grid) -> dict:
     for d, L in pairs:
         if (d, L) not in out:
             cfg = TaskConfig(V=V, d=int(d), L=int(L), device="cpu")
-            out[d, L] = np.array([margins.attention_nstar(cfg, s, threshold=0.99, n_min=int(n_grid[0]), n_max=int(n_grid[-1]),
+            out[d, L] = np.array([margins.measured_attention_nstar(cfg, s, threshold=0.99, n_min=int(n_grid[0]), n_max=int(n_grid[-1]),
                                                           points_per_octave=2) for s in seeds])
     return out
 
