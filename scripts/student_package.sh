@@ -45,7 +45,7 @@ if [ ${#wheels[@]} -ne 1 ] || [ ${#sdists[@]} -ne 1 ]; then
   echo "error: expected one wheel and one sdist in $out, found ${#wheels[@]} and ${#sdists[@]}" >&2
   exit 1
 fi
-"$py" scripts/check_package.py --source lib "${wheels[0]}" "${sdists[0]}" || exit 1
+"$py" scripts/check_package.py --source lib --pyproject "$stage/pyproject.toml" "${wheels[0]}" "${sdists[0]}" || exit 1
 size=$(stat -c %s "${wheels[0]}")
 echo "wheel: ${wheels[0]} ($size bytes, $(( (size + 1023) / 1024 )) KiB)"
 echo "sdist: ${sdists[0]} ($(stat -c %s "${sdists[0]}") bytes)"

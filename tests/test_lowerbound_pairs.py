@@ -174,8 +174,9 @@ def test_model_table_is_the_gaussian_model_at_each_members_exact_noise():
 
 @pytest.mark.parametrize("tin", [True, False])
 def test_learners_beyond_the_class_are_step_2_with_their_memory(tin):
-    """Each learner outside the class is step 2's gradient (the model's closed form, and autograd at a small value
-    matrix) with the value matrix its permutation writes; with d >= V and many samples the assignment recovers Pi*,
+    """Each memory learner outside the class is step 2's gradient (the model's closed form, and autograd at a small
+    value matrix) with the value matrix its permutation writes (the read-out learner, which no value matrix gives:
+    a direct sum over the samples); with d >= V and many samples the assignment recovers Pi*,
     and the assigned memory is then the memory written with Pi*."""
     from lib.analysis.lowerbound import _dU, assigned_labels, cooccurrence, g1_from_counts, inversion_scores
     from lib.core.gradients import autograd_gradients, direct_gradients

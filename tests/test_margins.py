@@ -188,7 +188,7 @@ def test_predicted_attention_nstar_solves_the_snr_condition_and_matches_measurem
     """The predicted N* solves r(N) = r*(L); the measured N* of 16 problems (V = 128, d = 64, L = 64;
     10 to 30 s on 2 cores) matches it within what the measurement's spread allows. Measured once over
     problems 0..63, log N* has standard deviation sigma = 0.55 across problems (N* from 91 to 2048).
-    `attention_nstar` reports the first point of a half-octave grid at or above the crossing, so
+    `measured_attention_nstar` reports the first point of a half-octave grid at or above the crossing, so
     log(measured / true) lies in [0, log sqrt 2): its mean, log 2 / 4, is removed (the prediction times
     2^(1/4)). The geometric mean of S = 16 problems then lies within exp(t_{0.975, 15} sigma / sqrt 16)
     = 1.34 of it with 95 % probability (64 problems: 1.12 of 2^(1/4) n, 95 % interval [0.97, 1.28];

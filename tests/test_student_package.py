@@ -223,3 +223,26 @@ def test_checker_rejects_the_real_wheel_doctored(built, tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_package.py"), str(doctored)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "book/00_preface.ipynb" in r.stderr, r.stderr
+
+
+def test_data_dir_reads_a_checkout_only_when_it_is_the_books(tmp_path):
+    """lib.core.paths.data_dir: lib/_data when present (a built package); book/data beside lib only in the book's
+    checkout (its _config.yml there), never some other folder's book/data beside an installed lib."""
+    def load(root):
+        (root / "lib" / "core").mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "lib" / "core" / "paths.py", root / "lib" / "core" / "paths.py")
+        spec = importlib.util.spec_from_file_location(f"paths_{root.name}", root / "lib" / "core" / "paths.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    stray = tmp_path / "site"                                  # an installed lib next to an unrelated book/data
+    (stray / "book" / "data").mkdir(parents=True)
+    assert pathlib.Path(load(stray).data_dir()) == stray / "lib" / "_data"
+    (stray / "lib" / "_data").mkdir()
+    assert pathlib.Path(load(stray).data_dir()) == stray / "lib" / "_data"
+    book = tmp_path / "checkout"                               # the book's checkout
+    (book / "book" / "data").mkdir(parents=True)
+    (book / "_config.yml").write_text("title: x\n")
+    assert pathlib.Path(load(book).data_dir()) == book / "book" / "data"
+    from lib.core.paths import data_dir
+    assert pathlib.Path(data_dir()) == ROOT / "book" / "data"

@@ -35,8 +35,8 @@ def assigned_directions(problem, batch, N: int, counts=None, pinvs=None) -> dict
     "decoded": the memory M written with the maximum-weight assignment of PC, the co-occurrence table C with
     each column's mean over the labels removed. For embeddings drawn independently with densities (d >= 1) or
     uniform on spheres (d >= 2), G1 determines PC with probability one (chapter 9's proposition), so this
-    memory is a map of G1 (in exact arithmetic: decoding is an integer problem that no practical learner
-    solves);
+    memory is a map of G1 (for d >= V least squares recovers PC; for d < V decoding is an integer problem that no
+    practical learner solves: exact arithmetic);
     "told": the memory written with Pi* itself (not a function of the data: a learner told the permutation).
     The weights on the sample pairs depend on the batch (through the assignment), so none is a member of P_N.
     Returns the four (d,) directions (in the problem's dtype), "recovered" and "recovered_decoded", the fraction

@@ -197,7 +197,7 @@ def attention_accuracy_at(cfg, N: int, seed: int = 0) -> float:
 
 
 def measured_attention_nstar(cfg, seed: int = 0, threshold: float = 0.99, n_min: int = 16, n_max: int = 2 ** 16,
-                    points_per_octave: int = 4) -> float:
+                             points_per_octave: int = 4) -> float:
     """Critical N for attention: the smallest N on a geometric grid (n_min..n_max, `points_per_octave`
     points per doubling) with attention_accuracy_at >= threshold, by bisection (accuracy is taken to
     rise with N; it does up to seed noise). Returns inf when n_max does not reach the threshold.

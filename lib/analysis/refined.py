@@ -15,6 +15,7 @@ import torch
 from ..core.config import TaskConfig, check_int
 from ..core.embeddings import Problem, make_problem
 from ..core.memory import hebbian, make_memory, recall_accuracy
+from ..core.models import hard_attention
 from ..core.seed import generator
 from ..core.task import Batch, sample_batch
 from ..fast.counts import position_scores
@@ -37,7 +38,7 @@ def leakage_row(cfg: TaskConfig, seed: int, n_train: int = 2 ** 11, n_test: int 
     seed = check_int("seed", seed, 0)
     pr = make_problem(cfg, seed)
     tr, te = sample_batch(pr, check_int("n_train", n_train, 1), seed), sample_batch(pr, check_int("n_test", n_test, 1), seed, split="test")
-    pk = position_scores(pr, tr, three_steps(pr, tr, "limit").k).argmax(1)
+    pk = hard_attention(position_scores(pr, tr, three_steps(pr, tr, "limit").k))     # the one rule
     wrong = pk != tr.pos
     g = generator(seed, "scattered")
     scat = tr.pos.clone()                                    # as many errors, on random samples and positions

@@ -2,21 +2,26 @@
 
 In a checkout of the repository it is book/data, next to lib/. The student package (scripts/student_package.sh)
 installs lib alone, without book/, and carries a copy of book/data inside lib as lib/_data; `data_dir` finds
-whichever exists, the checkout's first, so that the same loaders read the same files in both.
+whichever this lib has, so that the same loaders read the same files in both.
 """
 from __future__ import annotations
 
 import os
 
 LIB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REPO_DATA = os.path.normpath(os.path.join(LIB_DIR, "..", "book", "data"))   # a checkout of the repository
+REPO_ROOT = os.path.dirname(LIB_DIR)
+REPO_DATA = os.path.join(REPO_ROOT, "book", "data")                          # a checkout of the repository
 PACKAGED_DATA = os.path.join(LIB_DIR, "_data")                              # lib installed alone
 
 
 def data_dir() -> str:
-    """book/data of the checkout that holds lib, else the copy installed with lib (lib/_data); book/data's path
-    when neither exists, so that a loader's error names the file it looked for."""
-    for d in (REPO_DATA, PACKAGED_DATA):
-        if os.path.isdir(d):
-            return d
-    return REPO_DATA
+    """The copy installed with lib (lib/_data, present only in a built package), else book/data of the checkout
+    that holds lib (recognised by the book's _config.yml beside lib/, so that an installed lib never reads some
+    other folder's book/data). Where neither exists, the path a loader's error should name: book/data in a
+    checkout, lib/_data otherwise."""
+    checkout = os.path.isfile(os.path.join(REPO_ROOT, "_config.yml"))
+    if os.path.isdir(PACKAGED_DATA):
+        return PACKAGED_DATA
+    if checkout and os.path.isdir(REPO_DATA):
+        return REPO_DATA
+    return REPO_DATA if checkout else PACKAGED_DATA
