@@ -143,6 +143,23 @@ def built(tmp_path_factory):
     return r.stdout, wheels[0], sdists[0]
 
 
+def installed(wheel, tmp_path) -> pathlib.Path:
+    """The wheel installed (no dependencies, offline) into a folder of its own."""
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
+                    str(site), str(wheel)], check=True, timeout=300)
+    return site
+
+
+def run_away(code: str, site, tmp_path):
+    """`code` run with only `site` on the path, from a folder outside the repository; it must exit 0."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
+    env["PYTHONPATH"] = str(site)
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 @pytest.mark.slow
 def test_wheel_and_sdist_hold_lib_only(built):
     stdout, wheel, sdist = built
@@ -165,17 +182,12 @@ def test_wheel_and_sdist_hold_lib_only(built):
 @pytest.mark.slow
 def test_wheel_installs_and_imports_away_from_the_repository(built, tmp_path):
     _, wheel, _ = built
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
-                    str(site), str(wheel)], check=True, timeout=300)
+    site = installed(wheel, tmp_path)
     code = ("import lib, os\n"
             "p = lib.make_problem(lib.TaskConfig(V=8, d=8, L=4), 0)\n"
             "from lib.theory import ch07_law\n"
             "print(lib.__file__, lib.__version__, p.cfg.V, len(ch07_law.calibration()) > 0)\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
-    env["PYTHONPATH"] = str(site)
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    r = run_away(code, site, tmp_path)
     path, version, V, calibrated = r.stdout.split()
     assert pathlib.Path(path).resolve().is_relative_to(site.resolve()), path
     assert not pathlib.Path(path).resolve().is_relative_to(ROOT)
@@ -190,9 +202,7 @@ def test_the_installed_package_reads_every_shipped_dataset(built, tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(p.name for p in (ROOT / "book" / "data").iterdir() if p.suffix in (".json", ".jsonl"))
     assert shipped and all(f"lib/_data/{n}" in names for n in shipped)
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
-                    str(site), str(wheel)], check=True, timeout=300)
+    site = installed(wheel, tmp_path)
     code = ("import os, lib\n"
             "from lib.core.paths import data_dir\n"
             "from lib.core.memory import shipped_every_pair\n"
@@ -204,10 +214,7 @@ def test_the_installed_package_reads_every_shipped_dataset(built, tmp_path):
             "     len(F.load_nichani_book_runs('nichani_book_seeds')), len(F.FactStore(None, read_also=F.CAPACITY_STORE)),\n"
             "     len(read_records(os.path.join(BOOK_DATA, 'ch10_points.jsonl'))[0])]\n"
             "print(data_dir(), *n)\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
-    env["PYTHONPATH"] = str(site)
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    r = run_away(code, site, tmp_path)
     where, *counts = r.stdout.split()
     assert pathlib.Path(where).resolve() == (site / "lib" / "_data").resolve()
     assert all(int(c) > 0 for c in counts), counts

@@ -19,7 +19,7 @@ import numpy as np
 from ..core.config import check_int
 from .lowerbound import _dU, _pinvs, assigned_labels, cooccurrence, g1_from_counts, inversion_scores
 from .lowerbound_attention import _threshold
-from .lowerbound_pairs import POINT, _points, _step2, pair_nstar
+from .lowerbound_pairs import POINT, _points, _step2, nested_row, pair_nstar
 
 BEYOND = ("assigned_memory", "assigned_readout", "decoded", "told")
 
@@ -89,18 +89,8 @@ def beyond_row(cfg, seed: int, n_max: int = 2 ** 15) -> dict:
     assignments recover ("recovered": of G1's inversion scores; "recovered_decoded": of the centred table), on
     the first N samples of the same problem and batch as `pair_row(cfg, seed, n_max)`, at every N of
     `n_grid(2, n_max)`."""
-    from ..core.config import TaskConfig
-    from ..core.embeddings import make_problem
-    from ..core.task import check_batch_memory, sample_batch
-    from .lowerbound_attention import n_grid
     from .margins import attention_accuracy
-    if not isinstance(cfg, TaskConfig):
-        raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
-    seed, n_max = check_int("seed", seed, 0), check_int("n_max", n_max, 2)
-    check_batch_memory(cfg, n_max, "n_max")
-    p = make_problem(cfg, seed)
-    b = sample_batch(p, n_max, seed)
-    Ns = n_grid(2, n_max)
+    p, b, Ns, head = nested_row(cfg, seed, n_max)
     out = {k: [] for k in (*BEYOND, "recovered", "recovered_decoded")}
     pinvs, counts, start = _pinvs(p), 0, 0
     for N in Ns:
@@ -110,8 +100,7 @@ def beyond_row(cfg, seed: int, n_max: int = 2 ** 15) -> dict:
             out[k].append(attention_accuracy(p, dirs[k]))
         out["recovered"].append(dirs["recovered"])
         out["recovered_decoded"].append(dirs["recovered_decoded"])
-    return {"V": cfg.V, "d": cfg.d, "L": cfg.L, "trigger_in_value": cfg.trigger_in_value, "seed": seed, "Ns": Ns,
-            **out}
+    return {**head, **out}
 
 
 def shipped_beyond_rows() -> list:

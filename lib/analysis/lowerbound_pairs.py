@@ -366,23 +366,31 @@ def model_table(rows, threshold: float = 0.99) -> list:
     return out
 
 
-def pair_row(cfg, seed: int, n_max: int = 2 ** 15, samples: int = 8000) -> dict:
-    """One row of the pair-statistic grid (`scripts/pair_bound_grid.py`, chapter 9): problem `seed` of `cfg`, its
-    `pair_moments` (`samples` sequences) and the exact attention accuracy of each of LEARNERS and of the member
-    that attains the noise floor (BEST, `best_direction`, from these moments) on the first N samples of one batch
-    of n_max, at every N of `n_grid(2, n_max)` (nested)."""
+def nested_row(cfg, seed: int, n_max: int):
+    """What a row of chapter 9's grids is measured on: problem `seed` of `cfg`, one batch of n_max samples from
+    the same seed (every smaller batch is a prefix), the grid `n_grid(2, n_max)` and the row's identifying fields
+    (V, d, L, trigger setting, seed, Ns). Shared by `pair_row` and `lowerbound_beyond.beyond_row`."""
     from ..core.config import TaskConfig
     from ..core.embeddings import make_problem
     from ..core.task import check_batch_memory, sample_batch
     from .lowerbound_attention import n_grid
-    from .margins import attention_accuracy
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     seed, n_max = check_int("seed", seed, 0), check_int("n_max", n_max, 2)
     check_batch_memory(cfg, n_max, "n_max")
     p = make_problem(cfg, seed)
-    b = sample_batch(p, n_max, seed)
     Ns = n_grid(2, n_max)
+    head = {"V": cfg.V, "d": cfg.d, "L": cfg.L, "trigger_in_value": cfg.trigger_in_value, "seed": seed, "Ns": Ns}
+    return p, sample_batch(p, n_max, seed), Ns, head
+
+
+def pair_row(cfg, seed: int, n_max: int = 2 ** 15, samples: int = 8000) -> dict:
+    """One row of the pair-statistic grid (`scripts/pair_bound_grid.py`, chapter 9): problem `seed` of `cfg`, its
+    `pair_moments` (`samples` sequences) and the exact attention accuracy of each of LEARNERS and of the member
+    that attains the noise floor (BEST, `best_direction`, from these moments) on the first N samples of one batch
+    of n_max, at every N of `n_grid(2, n_max)` (nested)."""
+    from .margins import attention_accuracy
+    p, b, Ns, head = nested_row(cfg, seed, n_max)
     m = pair_moments(p, samples)
     acc = {k: [] for k in (*LEARNERS, BEST)}
     cum = self_terms(p, b, cumulative=True)
@@ -391,6 +399,5 @@ def pair_row(cfg, seed: int, n_max: int = 2 ** 15, samples: int = 8000) -> dict:
         for k, v in dirs.items():
             acc[k].append(attention_accuracy(p, v))
         acc[BEST].append(attention_accuracy(p, best_direction(m, N, dirs, cum[N - 1]).to(p.E.dtype)))
-    return {"V": cfg.V, "d": cfg.d, "L": cfg.L, "trigger_in_value": cfg.trigger_in_value, "seed": seed, "Ns": Ns,
-            "moments": m, **acc}
+    return {**head, "moments": m, **acc}
 
