@@ -83,12 +83,9 @@ it). Chapter in brackets.
 
 The public API is imported here: `lib.TaskConfig`, `make_problem`, `sample_batch`, `three_steps`,
 `run`, `evaluate`, `train`, ...; `lib.theory`, `lib.plotting`, `lib.factual`; and `lib.lowerbound`
-and `lib.sweep`, the names under which `lib.analysis.lowerbound` and `lib.experiments.sweep` are also
-importable (`from lib.lowerbound import ...`).
+and `lib.sweep`, short attribute names for the modules `lib.analysis.lowerbound` and
+`lib.experiments.sweep` (`from lib import lowerbound`; import their own paths to import from them).
 """
-
-import sys
-
 
 from .core.config import TaskConfig, default_device
 from .core.seed import derive_seed, generator, get_draw, numpy_generator, seed_everything, set_draw, torch_generator
@@ -104,9 +101,6 @@ from .learning.trainer import TrainSpec, train
 from . import analysis, core, experiments, factual, fast, learning, plotting, theory  # noqa: F401
 from .analysis import lowerbound
 from .experiments import sweep
-
-sys.modules[__name__ + ".lowerbound"] = lowerbound      # `import lib.lowerbound`, `from lib.sweep import ...`
-sys.modules[__name__ + ".sweep"] = sweep
 
 __all__ = [
     "TaskConfig", "default_device", "derive_seed", "generator", "get_draw", "numpy_generator", "seed_everything", "set_draw",

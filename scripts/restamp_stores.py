@@ -31,7 +31,7 @@ from lib.experiments.experiment import run  # noqa: E402
 from lib.experiments.codehash import code_hash  # noqa: E402
 from lib.experiments.store import (BOOK_DATA, _point_shape, read_records,  # noqa: E402
                                    record_text)
-from lib.factual import FactModelConfig, FactTask, TrainConfig, trained_point  # noqa: E402
+from lib.factual import FactModelConfig, FactTask, FactTrainConfig, trained_point  # noqa: E402
 from lib.factual.capacity import _fact_shape  # noqa: E402
 from lib.learning.trainer import TrainSpec  # noqa: E402
 
@@ -68,7 +68,7 @@ def recompute_point(key: dict) -> dict:
 
 def recompute_fact(key: dict) -> dict:
     set_draw(key.get("draw", 0))
-    out = trained_point(FactTask(**key["task"]), FactModelConfig(**key["model"]), TrainConfig(**key["train"]))
+    out = trained_point(FactTask(**key["task"]), FactModelConfig(**key["model"]), FactTrainConfig(**key["train"]))
     return {k: v for k, v in out.items() if k != "seconds"}
 
 

@@ -151,8 +151,8 @@ def test_attention_heads_attend_from_the_last_position():
 
 def test_training_learns_a_small_task_and_logs_every_k_steps():
     task = F.FactTask(S=4, R=2, D=2, T=4)
-    hist = F.train(F.FactTransformer(task, F.FactModelConfig(d=16, H=2, d_h=8)),
-                   F.TrainConfig(steps=120, batch=128, lr=3e-2, log_every=30, n_test=512))
+    hist = F.train_facts(F.FactTransformer(task, F.FactModelConfig(d=16, H=2, d_h=8)),
+                   F.FactTrainConfig(steps=120, batch=128, lr=3e-2, log_every=30, n_test=512))
     assert hist.step == [0, 30, 60, 90, 120]
     assert hist.acc[-1] > 0.95 and hist.rel_acc[-1] > 0.95 and hist.loss[-1] < hist.loss[0]
 
@@ -193,8 +193,8 @@ def test_metrics_on_hand_made_logits_follow_their_definitions():
 @pytest.mark.parametrize("schedule", ["constant", "cosine"])
 def test_learning_rate_schedule_reaches_zero_at_the_last_step(schedule):
     task = F.FactTask(S=4, R=2, D=2, T=4)
-    cfg = F.TrainConfig(steps=8, batch=16, lr=0.1, log_every=1, n_test=16, schedule=schedule, optimizer="sgd")
-    hist = F.train(F.LinearAttention(task, init=0.01), cfg)
+    cfg = F.FactTrainConfig(steps=8, batch=16, lr=0.1, log_every=1, n_test=16, schedule=schedule, optimizer="sgd")
+    hist = F.train_facts(F.LinearAttention(task, init=0.01), cfg)
     want = [0.1 * (1 + math.cos(math.pi * i / 8)) / 2 if schedule == "cosine" else 0.1 for i in range(9)]
     assert hist.step == list(range(9))
     assert hist.lr == pytest.approx(want, abs=1e-12)
@@ -203,7 +203,7 @@ def test_learning_rate_schedule_reaches_zero_at_the_last_step(schedule):
 
 
 def test_plateau_reads_the_logged_stage():
-    h = F.History(step=[0, 10, 20, 30, 40], loss=[0] * 5, acc=[0.1, 0.12, 0.13, 0.9, 1.0], rel_acc=[0.2, 1, 1, 1, 1],
+    h = F.FactHistory(step=[0, 10, 20, 30, 40], loss=[0] * 5, acc=[0.1, 0.12, 0.13, 0.9, 1.0], rel_acc=[0.2, 1, 1, 1, 1],
                   sub_acc=[0] * 5, kl=[1.4, 0.05, 0.02, 0.5, 2.0])
     p = F.plateau(h)
     assert (p["first"], p["last"], p["length"]) == (10, 20, 20)
@@ -212,7 +212,7 @@ def test_plateau_reads_the_logged_stage():
 
 def test_capacity_search_uses_the_cache_and_a_rerun_trains_nothing(tmp_path):
     task = F.FactTask(S=4, R=2, D=2, T=4)
-    tc = F.TrainConfig(steps=60, batch=64, lr=3e-2, log_every=20, n_test=256, stop_at=0.9)
+    tc = F.FactTrainConfig(steps=60, batch=64, lr=3e-2, log_every=20, n_test=256, stop_at=0.9)
     path = tmp_path / "fact.jsonl"
     st = F.FactStore(str(path))
     first = F.smallest_model(task, "attention", 0.9, tc, d=8, d_h=2, n_max=8, store=st)
@@ -230,7 +230,7 @@ def test_capacity_search_uses_the_cache_and_a_rerun_trains_nothing(tmp_path):
 
 def test_a_shipped_store_is_read_but_never_written(tmp_path):
     task = F.FactTask(S=4, R=2, D=2, T=4)
-    tc = F.TrainConfig(steps=40, batch=64, lr=3e-2, log_every=20, n_test=256)
+    tc = F.FactTrainConfig(steps=40, batch=64, lr=3e-2, log_every=20, n_test=256)
     shipped, local = tmp_path / "shipped.jsonl", tmp_path / "local.jsonl"
     a = F.trained_point(task, F.block_config("attention", 1, 8, 2, 1), tc, F.FactStore(str(shipped)))
     before = shipped.read_bytes()
@@ -317,11 +317,11 @@ def test_direct_grid_searches_the_mlp_with_no_noise_tokens():
     (lambda: F.FactTask(S=2, R=2, D=2, alpha=-1.0), "alpha must be"),
     (lambda: F.FactModelConfig(d=4, H=2, d_h=4, values="identity"), "values='identity' needs H = 1"),
     (lambda: F.FactModelConfig(activation="tanh"), "activation must be"),
-    (lambda: F.TrainConfig(lr=0.0), "lr must be"),
-    (lambda: F.TrainConfig(optimizer="lbfgs"), "optimizer must be"),
+    (lambda: F.FactTrainConfig(lr=0.0), "lr must be"),
+    (lambda: F.FactTrainConfig(optimizer="lbfgs"), "optimizer must be"),
     (lambda: F.sample(F.FactTask(S=2, R=2, D=2), 0), "N must be"),
     (lambda: F.FactTransformer(F.FactTask(S=2, R=2, D=2), F.FactModelConfig(d=4, embeddings="orthogonal")), "d must be"),
-    (lambda: F.smallest_model(F.FactTask(S=2, R=2, D=2), "embedding", 0.9, F.TrainConfig(), d=4), "block must be"),
+    (lambda: F.smallest_model(F.FactTask(S=2, R=2, D=2), "embedding", 0.9, F.FactTrainConfig(), d=4), "block must be"),
 ])
 def test_bad_arguments_raise_value_errors_naming_the_parameter(make, match):
     with pytest.raises(ValueError, match=match):

@@ -32,7 +32,7 @@ STILL_WIDE = {
     "07_capacity.ipynb": 66,
     "08_mlp_memory.ipynb": 46,
     "09_lower_bound.ipynb": 67,
-    "10_beyond_three_steps.ipynb": 108,
+    "10_beyond_three_steps.ipynb": 106,
     "11_factual_recall.ipynb": 71,
 }
 

@@ -143,7 +143,7 @@ def test_predicted_accuracy_grows_with_width_and_samples_and_respects_coverage()
     acc_N = [T.mlp_predicted_accuracy(128, 64, 1024, N, "he3") for N in (256, 1024, 8192)]
     assert acc_m[0] < acc_m[1] < acc_m[2] and acc_N[0] < acc_N[1] < acc_N[2]
     assert acc_N[0] <= 1 - math.exp(-256 / 128) + 1e-9                 # never beats coverage
-    assert abs(T.coverage_nstar(100, 0.99) - 100 * math.log(100)) < 1e-9
+    assert abs(T.coverage_vlog(100, 0.99) - 100 * math.log(100)) < 1e-9
     assert T.mlp_predicted_nstar(128, 64, 1024) < T.mlp_predicted_nstar(128, 64, 512)
     assert math.isinf(T.mlp_predicted_min_width(128, 64, "relu"))        # ReLU: no width reaches 0.99
     assert 100 < T.mlp_predicted_min_width(128, 64, "he3") < 2000
@@ -175,7 +175,7 @@ def test_fit_power_law_interval_recovers_an_exact_slope():
     lambda: T.mlp_noise_terms(128, 64, 10, -1),
     lambda: T.mlp_noise_terms(128, 64, 10, 100, tau=-1.0),
     lambda: T.mlp_predicted_accuracy(128, 64, 10, 100, drop=("nonsense",)),
-    lambda: T.coverage_nstar(100, 1.5),
+    lambda: T.coverage_vlog(100, 1.5),
     lambda: lib.core.memory.population_recall("cfg"),
     lambda: T.fit_power_law_interval([1, 2], [1, 2]),
 ])

@@ -29,6 +29,7 @@ import math
 import torch
 
 from ..core.config import TaskConfig, check_int
+from ..core.models import model_logits
 from ..core.seed import torch_generator
 
 TERMS = ("readout", "kernel", "rf", "finite", "mean_bias")
@@ -82,7 +83,7 @@ def measure_terms(cfg: TaskConfig, N: float, seed: int = 0) -> dict:
     out["signal"] = float(logits["own"][labels, torch.arange(V)].mean())
     f = nu / V
     G = (problem.U_perm - problem.u_bar).T @ (f[:, None] * phi)                      # (d, m): G3
-    exact = problem.U @ G @ phi.T / unit                                             # (V, V)
+    exact = model_logits(problem, G, phi).T / unit                                   # (V, V): the model's logits
     total = sum(logits.values())
     out["rest"] = float((exact - total)[wrong].pow(2).mean() / sum(out[t] for t in TERMS))
     return out

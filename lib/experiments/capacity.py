@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 
 from ..core.config import TaskConfig, check_float, check_int
 from ..learning.evaluate import N_TEST
-from .experiment import run
+from .experiment import METRICS, run
 from ..core.search import threshold_search
 from ..core.steps import StepSizes
 from .store import Store, point_prefix
 
 
-METRICS = ("acc", "att_acc", "oracle_acc")
 
 
 @dataclass

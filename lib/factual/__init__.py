@@ -1,11 +1,11 @@
 """Factual recall with subjects and relations (chapter 11), after Nichani, Lee and Bietti (ICLR 2025).
 
-One module per part of the task; every name is re-exported here, so `lib.factual.train` and
+One module per part of the task; every name is re-exported here, so `lib.factual.train_facts` and
 `from lib.factual import X` work:
   task      the task (their `FactRecall`): subjects, relations, the fact table, the sampler  [11]
   models    the models: `FactTransformer` (one layer, H heads, MLP), `LinearAttention`;     [11]
             `param_counts`
-  training  online Adam / SGD with logged metrics (`train`, `History`, `plateau`)          [11]
+  training  online Adam / SGD with logged metrics (`train_facts`, `FactHistory`, `plateau`) [11]
   capacity  the smallest model reaching a threshold (`smallest_model`), trained points      [11]
             kept in a `FactStore`
   reference their sequential-learning run at their settings (`nichani_sequential_run`) and   [11]
@@ -19,9 +19,9 @@ from __future__ import annotations
 from ..core.task import SAMPLE_BLOCK            # re-exported: lib.factual.SAMPLE_BLOCK, as before
 from .task import (FactBatch, FactTask, TABLES, fact_table, relation_only, relation_only_scores, sample,
                    zipf_weights)
-from .models import (EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, block_param_counts,
+from .models import (FACT_EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, block_param_counts,
                      embeddings, param_counts)
-from .training import History, OPTIMIZERS, SCHEDULES, TrainConfig, metrics, plateau, train
+from .training import FactHistory, FACT_OPTIMIZERS, SCHEDULES, FactTrainConfig, metrics, plateau, train_facts
 from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, DIRECT_GRID, budget_effect, direct_search, noise_point, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
                        grid_search, smallest_model, trained_point)
 from .reference import (NICHANI_RUN, NICHANI_TASK, count_logits, load_nichani_book_runs, load_nichani_reference,

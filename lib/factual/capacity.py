@@ -6,7 +6,7 @@ MLP width (one head kept fixed) whose trained model reaches a test-accuracy thre
 crash-safe append of `lib.experiments.store`), so a rerun trains nothing. Why not `lib.experiments.store.Store` itself: the
 sweep engine's store keys a result by (configuration prefix, N), N the number of training samples of
 one run of `lib.experiments.sweep`, and holds `RunResult`s; a capacity point here is keyed by the task, the model
-and the training configuration (no N: training is online), and holds a History summary. `FactStore`
+and the training configuration (no N: training is online), and holds a FactHistory summary. `FactStore`
 keeps the engine's record format and checksums with these keys.
 """
 
@@ -26,7 +26,7 @@ from ..experiments.store import (BOOK_DATA, append_line, canonical, check_store_
                                  read_shipped, record_text)
 from .models import FactModelConfig, FactTransformer, block_param_counts, param_counts
 from .task import FactTask, _check_task
-from .training import TrainConfig, train
+from .training import FactTrainConfig, train_facts
 
 
 BLOCKS = ("attention", "mlp")
@@ -74,9 +74,9 @@ class FactStore:
         return len(self.data)
 
 
-def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: TrainConfig,
+def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: FactTrainConfig,
                   store: FactStore | None = None, device: str = "cpu") -> dict:
-    """Train one model (or read it from `store`): the final History entry, `params` (trainable),
+    """Train one model (or read it from `store`): the final FactHistory entry, `params` (trainable),
     `max_acc` (best logged test accuracy) and `seconds`. The device is not part of the key."""
     key = {"task": asdict(task), "model": asdict(model_cfg), "train": asdict(train_cfg),
            "kind": "FactTransformer", "code": code_hash("factual")}
@@ -85,7 +85,7 @@ def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: TrainCo
     if store is not None and (hit := store.get(key)) is not None:
         return hit
     model = FactTransformer(task, model_cfg)
-    hist = train(model, train_cfg, device=device)
+    hist = train_facts(model, train_cfg, device=device)
     out = {**hist.final(), "max_acc": max(hist.acc), "params": param_counts(model)["trainable"],
            "seconds": hist.seconds}
     if store is not None:
@@ -109,7 +109,7 @@ def block_config(block: str, n: int, d: int, d_h: int, unit: int, seed: int = 0,
     return FactModelConfig(d=d, H=1, d_h=d_h, m=n * unit, values="identity", seed=seed, activation=activation)
 
 
-def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: TrainConfig, *, d: int,
+def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: FactTrainConfig, *, d: int,
                    d_h: int = 8, unit: int = 1, n_max: int = 64, resolution: float = 1e-9, seed: int = 0,
                    heads: int = 0,
                    store: FactStore | None = None, device: str = "cpu") -> dict:
@@ -149,7 +149,7 @@ CAPACITY_GRID = {
     "beyond": {"attention": (), "mlp": (256,)},     # searched too, outside the fitted range
     "n_max": {"attention": 64, "mlp": 128},
     "seeds": (0, 1, 2),
-    "train": TrainConfig(steps=1000, batch=256, lr=0.02, log_every=20, n_test=2048, stop_at=0.95),
+    "train": FactTrainConfig(steps=1000, batch=256, lr=0.02, log_every=20, n_test=2048, stop_at=0.95),
     "budget_steps": 3000, "budget_S": {"attention": (16, 512)},   # the attention searches again, at this budget
 }
 

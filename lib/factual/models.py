@@ -29,7 +29,7 @@ from ..core.seed import generator
 from .task import FactTask, _check_task
 
 
-EMBEDDINGS = ("random", "orthogonal")
+FACT_EMBEDDINGS = ("random", "orthogonal")
 VALUES = ("trained", "identity")
 
 
@@ -54,7 +54,7 @@ class FactModelConfig:
         for name, lo in (("d", 1), ("H", 1), ("d_h", 1), ("m", 0), ("seed", 0)):
             object.__setattr__(self, name, check_int(name, getattr(self, name), lo))
         _activation(self.activation)
-        check_choice("embeddings", self.embeddings, EMBEDDINGS)
+        check_choice("embeddings", self.embeddings, FACT_EMBEDDINGS)
         check_bool("train_embeddings", self.train_embeddings)
         check_choice("values", self.values, VALUES)
         if self.values == "identity" and self.H != 1:
@@ -63,7 +63,7 @@ class FactModelConfig:
 
 def embeddings(n: int, d: int, kind: str, g: torch.Generator, dtype=torch.float32) -> torch.Tensor:
     """(n, d): rows i.i.d. N(0, I/d) ("random") or orthonormal ("orthogonal", needs d >= n)."""
-    check_choice("embeddings", kind, EMBEDDINGS)
+    check_choice("embeddings", kind, FACT_EMBEDDINGS)
     if kind == "random":
         return draw_vectors(n, d, "gaussian", g).to(dtype)           # chapter 1's Gaussian embeddings
     if d < n:
@@ -137,7 +137,7 @@ class LinearAttention(torch.nn.Module):
                  init: float = 1e-5, seed: int = 0, dtype=torch.float32):
         super().__init__()
         _check_task(task)
-        check_choice("embeddings", embeddings, EMBEDDINGS)
+        check_choice("embeddings", embeddings, FACT_EMBEDDINGS)
         init = check_float("init", init)
         seed = check_int("seed", seed, 0)
         if embeddings == "orthogonal":

@@ -1,6 +1,6 @@
 """Chapter 11 (factual recall, after Nichani, Lee and Bietti, ICLR 2025), training and its metrics:
 
-`train` is online mini-batch Adam or SGD (constant or cosine schedule, optional tqdm bar) that
+`train_facts` is online mini-batch Adam or SGD (constant or cosine schedule, optional tqdm bar) that
 logs, every `log_every` steps on a fixed test set, the loss, accuracy, relation accuracy (argmax in
 the right answer block), subject accuracy (argmax at the right place within a block: their
 `sub_accuracy`) and KL(q_r || p), the divergence of the model's output p from the relation-only
@@ -21,14 +21,14 @@ from .models import FactTransformer, LinearAttention
 from .task import FactBatch, FactTask, fact_table, relation_only, sample
 
 
-OPTIMIZERS = ("adam", "sgd")
+FACT_OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("constant", "cosine")
 
 
 # ------------------------------------------------------------------------------------------ training
 
 @dataclass(frozen=True)
-class TrainConfig:
+class FactTrainConfig:
     """Online training: a fresh batch every step (stream "step-<i>"), a fixed test set."""
 
     steps: int = 400             # optimizer steps
@@ -44,15 +44,15 @@ class TrainConfig:
         for name in ("steps", "batch", "log_every", "n_test"):
             object.__setattr__(self, name, check_int(name, getattr(self, name), 1))
         object.__setattr__(self, "lr", check_float("lr", self.lr, 0.0, strict_min=True))
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("optimizer", self.optimizer, FACT_OPTIMIZERS)
         check_choice("schedule", self.schedule, SCHEDULES)
         if self.stop_at is not None:
             object.__setattr__(self, "stop_at", check_float("stop_at", self.stop_at, 0.0, 1.0))
 
 
 @dataclass
-class History:
-    """What `train` logged: one entry per evaluation."""
+class FactHistory:
+    """What `train_facts` logged: one entry per evaluation."""
 
     step: list = field(default_factory=list)
     loss: list = field(default_factory=list)       # test cross-entropy (nats)
@@ -83,14 +83,14 @@ def metrics(logits: torch.Tensor, batch: FactBatch, task: FactTask, q: torch.Ten
             "kl": float(kl.mean())}
 
 
-def train(model: torch.nn.Module, cfg: TrainConfig, progress: bool = False, device: str = "cpu") -> History:
-    """Train `model` on its task online; returns the History. Randomness: batch i is the stream
+def train_facts(model: torch.nn.Module, cfg: FactTrainConfig, progress: bool = False, device: str = "cpu") -> FactHistory:
+    """Train `model` on its task online; returns the FactHistory. Randomness: batch i is the stream
     "step-i" of the task's seed, the test set the stream "test" (drawn on the CPU, then moved to
     `device`, so a GPU sees the same data)."""
     if not isinstance(model, (FactTransformer, LinearAttention)):
         raise ValueError(f"model must be a FactTransformer or LinearAttention, got {type(model).__name__}")
-    if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    if not isinstance(cfg, FactTrainConfig):
+        raise ValueError(f"cfg must be a FactTrainConfig, got {type(cfg).__name__}")
     from tqdm.auto import tqdm
 
     task = model.task
@@ -101,7 +101,7 @@ def train(model: torch.nn.Module, cfg: TrainConfig, progress: bool = False, devi
     params = [p for p in model.parameters() if p.requires_grad]
     opt = (torch.optim.Adam(params, lr=cfg.lr) if cfg.optimizer == "adam" else torch.optim.SGD(params, lr=cfg.lr))
     sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.steps) if cfg.schedule == "cosine" else None)
-    hist, t0 = History(), time.perf_counter()
+    hist, t0 = FactHistory(), time.perf_counter()
 
     def log(i):
         with torch.no_grad():
@@ -136,16 +136,16 @@ def _to(b: FactBatch, device: str) -> FactBatch:
     return FactBatch(*(t.to(device) for t in (b.x, b.y, b.subject, b.relation, b.s_pos, b.r_pos)))
 
 
-def plateau(hist: History, kl_max: float = 0.1, acc_max: float = 0.5) -> dict:
-    """The hallucination stage of a History: the logged steps at which the model's output is the
+def plateau(hist: FactHistory, kl_max: float = 0.1, acc_max: float = 0.5) -> dict:
+    """The hallucination stage of a FactHistory: the logged steps at which the model's output is the
     relation-only predictor's, KL(q_r || p) <= kl_max nats, while its accuracy is <= acc_max (it knows
     the relation, not the subject). Returns the first and last such logged step, `length` = their
     number times the log spacing (0 if never; resolution: one spacing), the median KL and the median
     accuracy over them."""
     kl_max = check_float("kl_max", kl_max, 0.0, strict_min=True)
     acc_max = check_float("acc_max", acc_max, 0.0, 1.0)
-    if not isinstance(hist, History) or not hist.step:
-        raise ValueError("hist must be a non-empty History from train")
+    if not isinstance(hist, FactHistory) or not hist.step:
+        raise ValueError("hist must be a non-empty FactHistory from train")
     idx = [i for i in range(len(hist.step)) if hist.kl[i] <= kl_max and hist.acc[i] <= acc_max]
     if not idx:
         return {"first": None, "last": None, "length": 0, "kl_median": math.nan, "acc_median": math.nan}

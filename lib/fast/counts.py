@@ -214,9 +214,9 @@ def _table_gradients(problem: Problem, params: Params, batch: Batch, need_V: boo
     tiv = float(cfg.trigger_in_value)
     need_W = need_W and cfg.n_keys > 1
     w = params.W_KQ @ q
-    M = U @ params.W_V                                                 # (V, d)
-    T = E @ M.T                                                        # (V_in, V)
-    sums = _table_sums(problem, batch, w, M, T, need_V, need_W)
+    R = readout_matrix(problem, params.W_V)                            # (d, V): M^T
+    T = model_logits(problem, params.W_V, E, R)                        # (V_in, V): each token's logits
+    sums = _table_sums(problem, batch, w, R.T.contiguous(), T, need_V, need_W)
     if need_V:
         grad_V = U.T @ (sums.P.T @ E + tiv * torch.outer(sums.err_trig, z) + torch.outer(sums.err_eos, q)) / N
     else:
@@ -254,7 +254,7 @@ def _table_sums(problem: Problem, batch: Batch, w, M, T, need_V: bool, need_W: b
     dt, dev = E.dtype, E.device
     L, N, V = cfg.L, batch.N, cfg.V
     tiv = float(cfg.trigger_in_value)
-    xi_z, xi_q = M @ z, M @ q                                          # (V,)
+    xi_z, xi_q = M @ z, M @ q                                          # (V,): the logits of z_trig, z_EOS
     s_tab = E @ w                                                      # (V_in,) token scores, once
     size = table_chunk_size(problem)
     index = token_index(problem, batch, size)

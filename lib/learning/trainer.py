@@ -15,8 +15,8 @@ on both blocks (W_V and the full d x d W_KQ, whose gradient is rank one, k q^T),
 the finite-mode three-step solution, with a tqdm bar and a `TrainRecord` every `record_every` steps:
 training loss and accuracy (from the gradient pass itself, before that step's update), and on fresh
 test samples the accuracy, the attention accuracy (argmax_t s_t = l) and the attention entropy
-(mean over samples of -sum_t a_t log a_t, in nats; log K for uniform attention). Adam is written
-out (torch.optim.Adam's update, betas (0.9, 0.999), eps 1e-8, no weight decay) on the closed-form
+(mean over samples of -sum_t a_t log a_t, in nats; log K for uniform attention). Adam is
+torch.optim.Adam (betas (0.9, 0.999), eps 1e-8, no weight decay), stepped on the closed-form
 gradients; tests/test_train.py binds it and GD to `train_transformer` (autograd) to 1e-10 in float64.
 `TrainSpec` names one training recipe; `lib.experiments.experiment.run(..., training=spec)` and the N* search
 and sweep (`lib.experiments.capacity`, `lib.experiments.sweep`) evaluate trained models with it, the spec being part of
@@ -208,8 +208,8 @@ def train(problem: Problem, batch: Batch, *, optimizer: str = "adam", steps: int
         check_batch(problem, test_batch)
     W = [p.W_V.clone(), p.W_KQ.clone()]
     lrs = [lr, lr_KQ]
-    m = [torch.zeros_like(x) for x in W]
-    v = [torch.zeros_like(x) for x in W]
+    adam = (torch.optim.Adam([{"params": [x], "lr": a} for x, a in zip(W, lrs)], betas=tuple(betas), eps=eps)
+            if optimizer == "adam" else None)            # updates W in place from the .grad set below
     rec = TrainRecord()
     t0 = time.perf_counter()
     bar = tqdm(range(steps + 1), disable=not progress, leave=False, desc=f"{optimizer} (count route)")
@@ -228,18 +228,14 @@ def train(problem: Problem, batch: Batch, *, optimizer: str = "adam", steps: int
         if step == steps:
             break
         grads = [g.W_V, g.W_KQ]
-        if optimizer == "gd":
+        if adam is None:
             W = [x - a * gr for x, a, gr in zip(W, lrs, grads)]
-        else:                                      # torch.optim.Adam's update, written out
-            t = step + 1
-            bc1, bc2 = 1 - betas[0] ** t, 1 - betas[1] ** t
-            for i in range(2):
-                m[i] = m[i] * betas[0] + (1 - betas[0]) * grads[i]
-                v[i] = v[i] * betas[1] + (1 - betas[1]) * grads[i] * grads[i]
-                denom = v[i].sqrt() / math.sqrt(bc2) + eps
-                W[i] = W[i] - (lrs[i] / bc1) * m[i] / denom
+        else:
+            for x, gr in zip(W, grads):
+                x.grad = gr
+            adam.step()
     rec.seconds = time.perf_counter() - t0
-    return Params(W[0], W[1]), rec
+    return Params(W[0].detach().clone(), W[1].detach().clone()), rec
 
 
 def check_training(training, mode: str) -> None:

@@ -39,6 +39,6 @@ from .ch07_capacity import CHECKED, attention_nstar, capacity_law, derived_range
 from .ch07_law import attention_law, calibration, fit_law, law_features, law_range, law_value
 from .ch08_kernels import (hermite_coefficients, mlp_kernel, mlp_kernel_crosstalk, mlp_rf_common,
                            mlp_rf_variance, shifted_kernel_coefficients, sphere_cosine_nodes)
-from .ch08_mlp_memory import (_gamma_nodes, coverage_nstar, mlp_noise_terms, mlp_predicted_accuracy,
+from .ch08_mlp_memory import (_gamma_nodes, coverage_vlog, mlp_noise_terms, mlp_predicted_accuracy,
                               mlp_predicted_capacity, mlp_predicted_min_width, mlp_predicted_nstar,
                               mlp_signal_parts, mlp_signal_quantiles, mlp_signal_variance, mlp_term_moments)

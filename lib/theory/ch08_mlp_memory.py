@@ -241,9 +241,11 @@ def mlp_predicted_nstar(V: int, d: int, m: int, activation: str = "he3", thresho
     return _first_true(ok, float(V), n_max, rel)
 
 
-def coverage_nstar(V: int, threshold: float = 0.99) -> float:
-    """V ln(1 / (1 - threshold)): with fewer samples more than 1 - threshold of the test tokens were
-    never seen in training ((1 - 1/V)^N ~ e^(-N/V)), whatever the memory."""
+def coverage_vlog(V: int, threshold: float = 0.99) -> float:
+    """V ln(1 / (1 - threshold)), the familiar form of the coverage requirement: with fewer samples more
+    than 1 - threshold of the test tokens were never seen in training ((1 - 1/V)^N ~ e^(-N/V)), whatever
+    the memory. A heuristic (it drops the guess among unseen labels); the coverage bound itself, which
+    keeps it, is `lib.analysis.lowerbound.coverage_nstar` (smaller)."""
     V = check_int("V", V, 2)
     if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
