@@ -39,6 +39,7 @@ import torch
 
 from ..core.config import TaskConfig, check_float, check_int
 from ..core.embeddings import Problem, check_problem, make_problem
+from ..core.search import first_true_real
 from ..core.task import Batch, check_batch, sample_batch
 from .lowerbound_attention import (accuracy_ceiling, attention_lower_bound, class_accuracy_path,  # noqa: F401
                                    critical_ratio, distinct_law, excess_noise_floor, gaussian_mixture_accuracy,
@@ -374,16 +375,8 @@ def g1_nstar(V: int, d: int, L: int, threshold: float = 0.99, n_max: float = 2.0
     """Smallest real N (to 0.5 %) at which `g1_accuracy` reaches the threshold; inf if not by n_max
     (past the wall: the projected facts alone leave the margin below what V - 1 rivals need)."""
     V, d, L, t = _sizes(V, d, L, threshold)
-    ok = lambda N: g1_accuracy(N, V, d, L) >= t
-    if not ok(n_max):
-        return math.inf
-    lo, hi = 1.0, 1.0
-    while not ok(hi):
-        lo, hi = hi, 2 * hi
-    while hi / lo > 1.005:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    n_max = check_float("n_max", n_max, 1.0, 1e300)
+    return first_true_real(lambda N: g1_accuracy(N, V, d, L) >= t, 1.0, n_max, 0.005, grow=True)
 
 
 def three_steps_nstar(cfg: TaskConfig, threshold: float = 0.99, seed: int = 0, n_min: int = 16,

@@ -39,6 +39,7 @@ import math
 import numpy as np
 
 from ..core.config import check_float, check_int
+from ..core.search import first_true_real
 
 _X = np.linspace(-12.0, 12.0, 1601)                       # quadrature nodes in x for g_K
 _PHI_X = np.exp(-_X * _X / 2) / math.sqrt(2 * math.pi)
@@ -200,16 +201,8 @@ def attention_lower_bound(V: int, d: int, L: int, threshold: float = 0.99) -> fl
     q = 1.0 / critical_ratio(V, L, t) ** 2 - 1.0 / d
     if not q > 0:
         return math.inf
-    X = lambda n: excess_noise_floor(n, V, d, L)                     # noqa: E731  (decreasing in n)
-    lo, hi = 1e-12, 1.0
-    while X(hi) > q:
-        lo, hi = hi, hi * 2.0
-    if X(lo) <= q:
-        return lo
-    while hi / lo > 1 + 1e-10:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if X(mid) > q else (lo, mid)
-    return hi
+    # X_lo decreases in N to 0: the root lies below 2^500 (and its square stays finite)
+    return first_true_real(lambda n: excess_noise_floor(n, V, d, L) <= q, 1e-12, 2.0 ** 500, 1e-10, grow=True)
 
 
 def step2_direction(problem, batch) -> "torch.Tensor":

@@ -8,10 +8,14 @@ until the first True, then bisects between the last False and the first True unt
     first_true - last_false <= max(1, resolution * first_true),
 
 and returns the `Bracket` (last_false, first_true). Every n it evaluated is recorded in order.
+`smallest_true` and `largest_true` are its exact integer forms; `first_true_real` is the same search
+on the reals (a root of a monotone formula: a predicted N*, a critical ratio), by geometric or
+arithmetic halving to a stated tolerance. No other module bisects by hand.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .config import check_float, check_int
@@ -73,3 +77,35 @@ def largest_true(ok, n_max: int = 2 ** 62) -> int:
         return smallest_true(lambda n: not ok(n), 1, n_max) - 1
     except ValueError:
         raise ValueError(f"ok is still True at n_max={n_max}") from None
+
+
+def first_true_real(ok, lo: float, hi: float, tol: float, scale: str = "log", grow: bool = False) -> float:
+    """The real counterpart of `threshold_search`: the smallest x in [lo, hi] with ok(x) True, for ok
+    False below some x and True from it on, bracketed to within `tol` and returned as the bracket's
+    upper end (where ok holds): lo if ok(lo), inf if not ok(hi) (hi if lo >= hi and ok(hi)). On scale "log" (0 < lo) the bracket
+    is halved geometrically until hi / lo <= 1 + tol; on scale "linear" arithmetically until
+    hi - lo <= tol. With `grow` (log scale) the bracket is first found by doubling from lo, capped at
+    hi, so that a wide [lo, hi] costs about log2(x / lo) evaluations before the halving."""
+    lo, hi, tol = float(lo), float(hi), check_float("tol", tol, 0.0, 1e300, strict_min=True)
+    if scale not in ("log", "linear"):
+        raise ValueError(f"scale must be 'log' or 'linear', got {scale!r}")
+    if not (math.isfinite(lo) and math.isfinite(hi)) or (scale == "log" and not (lo > 0 and hi > 0)):
+        raise ValueError(f"lo and hi must be finite{' and positive on scale log' if scale == 'log' else ''}, "
+                         f"got lo={lo}, hi={hi}")
+    if not ok(hi):
+        return float("inf")
+    if ok(lo):
+        return lo
+    if grow:
+        if scale != "log":
+            raise ValueError("grow needs scale 'log'")
+        x = lo
+        while x < hi and not ok(min(2 * x, hi)):
+            x = min(2 * x, hi)
+        lo, hi = x, min(2 * x, hi)
+    while (hi / lo > 1 + tol) if scale == "log" else (hi - lo > tol):
+        mid = math.sqrt(lo * hi) if scale == "log" else (lo + hi) / 2
+        if not lo < mid < hi:                        # tol below the float spacing: as close as it gets
+            break
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..core.config import check_choice, check_int
+from ..core.search import first_true_real
 
 
 def inner_product_moments(d: int, embedding: str = "gaussian") -> dict:
@@ -38,12 +39,8 @@ def capacity_from_constant(d: float, c: float) -> float:
     """The n solving d^2 = c n log n (n > 1), e.g. c = 1.3 for [Nichani et al.]'s fit (chapter 2)."""
     if not (d > 0 and c > 0):
         raise ValueError(f"d and c must be positive, got d={d}, c={c}")
-    target = d * d / c
-    lo, hi = 1.0, max(2.0, target)            # n log n is increasing on n > 1
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if mid * math.log(mid) < target else (lo, mid)
-    return (lo + hi) / 2
+    target = d * d / c                       # n log n is increasing on n > 1, and >= target at max(3, target)
+    return first_true_real(lambda n: n * math.log(n) >= target, 1.0, max(3.0, target), 1e-15)
 
 
 # -------------------------------------------------------------------------------------------------

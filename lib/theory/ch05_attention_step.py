@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ..core.config import check_int
+from ..core.search import first_true_real
 from .ch04_value_step import trigger_self_bias  # noqa: F401  (chapter 5's beta; defined with chapter 4's factor)
 
 
@@ -49,11 +50,7 @@ def critical_snr(L: int, threshold: float = 0.99) -> float:
     L = check_int("L", L, 2)
     if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
-    lo, hi = -10.0, 40.0
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if gaussian_attention_accuracy(mid, L) < threshold else (lo, mid)
-    return (lo + hi) / 2
+    return first_true_real(lambda r: gaussian_attention_accuracy(r, L) >= threshold, -10.0, 40.0, 1e-12, "linear")
 
 
 def population_min_d(L: int, threshold: float = 0.99) -> float:

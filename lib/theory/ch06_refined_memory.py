@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from ..core.config import check_int
+from ..core.search import threshold_search
 
 
 # ---- chapter 6: step 3
@@ -160,15 +161,7 @@ def refined_memory_nstar(V: int, d: int, s2: float = 1.0, threshold: float = 0.9
     n_max = check_int("n_max", n_max, 1)
     if refined_memory_accuracy(V, d, math.inf, s2) < threshold:
         return None
-    lo, hi = 1, 1
-    while refined_memory_accuracy(V, d, hi, s2) < threshold:
-        if hi >= n_max:
-            return None
-        lo, hi = hi, min(2 * hi, n_max)
-    while hi - lo > max(1, hi // 100):
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if refined_memory_accuracy(V, d, mid, s2) >= threshold else (mid, hi)
-    return hi
+    return threshold_search(lambda n: refined_memory_accuracy(V, d, n, s2) >= threshold, 1, n_max, 0.01).first_true
 
 
 def orthogonal_recall(counts, tau2: float, trigger_in_value: bool = True):

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ..core.config import check_choice, check_int
+from ..core.search import first_true_real, smallest_true
 from ..core.seed import torch_generator
 from .ch08_kernels import (_second_moment, hermite_coefficients, mlp_kernel_crosstalk, mlp_rf_common,
                            mlp_rf_variance, shifted_kernel_coefficients)
@@ -197,29 +198,9 @@ def mlp_predicted_capacity(d: int, m: int, activation: str = "he3", threshold: f
                                           kappa_fluctuation=kappa_fluctuation) >= threshold
     if not ok(2):
         return 0
-    lo = 2
-    while lo < v_max and ok(min(2 * lo, v_max)):
-        lo = min(2 * lo, v_max)
-    if lo == v_max:
-        return lo
-    hi = 2 * lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
-
-
-def _first_true(ok, lo: float, hi: float, rel: float = 0.01) -> float:
-    """Smallest x in [lo, hi] (geometric bisection to relative `rel`) with ok(x), for ok monotone
-    False -> True; inf if not ok(hi)."""
-    if not ok(hi):
-        return math.inf
-    if ok(lo):
-        return lo
-    while hi / lo > 1 + rel:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    if ok(v_max):
+        return v_max
+    return smallest_true(lambda V: not ok(V), 2, v_max) - 1
 
 
 def mlp_predicted_min_width(V: int, d: int, activation: str = "he3", threshold: float = 0.99,
@@ -229,7 +210,7 @@ def mlp_predicted_min_width(V: int, d: int, activation: str = "he3", threshold: 
     cross-talk or the readout alone is too large). Multiply by d for the boundary in m d."""
     V, d = check_int("V", V, 2), check_int("d", d, 1)
     ok = lambda m: mlp_predicted_accuracy(V, d, max(1, round(m)), N, activation) >= threshold
-    return _first_true(ok, 1.0, float(check_int("m_max", m_max, 1)))
+    return first_true_real(ok, 1.0, float(check_int("m_max", m_max, 1)), 0.01)
 
 
 def mlp_predicted_nstar(V: int, d: int, m: int, activation: str = "he3", threshold: float = 0.99,
@@ -238,7 +219,7 @@ def mlp_predicted_nstar(V: int, d: int, m: int, activation: str = "he3", thresho
     relative precision rel): with drop=("mean_bias",) the finite-sample boundary, with
     drop=("finite",) the mean-bias boundary."""
     ok = lambda N: mlp_predicted_accuracy(V, d, m, N, activation, drop=drop) >= threshold
-    return _first_true(ok, float(V), n_max, rel)
+    return first_true_real(ok, float(V), n_max, rel)
 
 
 def coverage_vlog(V: int, threshold: float = 0.99) -> float:
