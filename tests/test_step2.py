@@ -185,3 +185,26 @@ def test_attention_scores_draws_one_row_per_sequence():
     lib.plotting.attention_scores(ax, pr, test, k, "title")
     assert ax.get_images()[0].get_array().shape == (5, 6) and len(ax.patches) == 5 and ax.get_title() == "title"
     plt.close("all")
+
+
+def test_nstar_fit_reads_a_known_power_law():
+    """Synthetic N* = 2 x pred(x) for every problem, pred a power law of slope -1 in d (beta small against
+    it, so the whole grid is the fit range): the fitted slope is the derived one, the ratio N*/pred is 2 at
+    every x and its interval closes on 2."""
+    x = np.array([16.0, 32.0, 64.0, 128.0])
+    pred = 4.0e5 / x
+    nstar = np.repeat((2 * pred)[:, None], 5, axis=1)
+    v = step2.nstar_fit(64, "d", x, nstar, pred, L=8)
+    assert v["fit"].all() and v["kept"].all()
+    assert abs(v["slope"] + 1) < 1e-9 and abs(v["derived"] + 1) < 1e-9
+    assert np.allclose(v["ratio"], 2.0) and abs(v["r"] - 2) < 1e-9
+
+
+@pytest.mark.slow
+def test_finite_step_pool_cosines_are_cosines():
+    """The finite steps' k against the limit's: a cosine (at most 1 up to float32 rounding), near 1 at a
+    small step size, and both accuracies in [0, 1]."""
+    _, _, rows = step2.finite_step_pool(lib.TaskConfig(V=16, d=16, L=4), [1.0], 1, 1, [1e-3, 1.0])
+    acc_lim, acc1, cos1, acc2, cos2 = rows[0]
+    assert all(0 <= a <= 1 for a in (acc_lim, acc1, acc2))
+    assert all(abs(c) <= 1 + 1e-5 for c in (cos1, cos2)) and cos1 > 0.99

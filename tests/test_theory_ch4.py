@@ -286,3 +286,63 @@ def test_bag_rule_accuracy_matches_exact_enumeration_and_the_first_order_formula
     assert abs(T.step1_bag_rule_accuracy(3, 400) - T.step1_bag_accuracy(3, 400)) < 0.004
     with pytest.raises(ValueError, match="samples"):
         T.step1_bag_rule_accuracy(4, 8, samples=0)
+
+
+def _memory_crosstalk_second_moments(V, d, L, N, problems=600, M=64, chunk=100):
+    """Monte Carlo of E[X^2] alone, the memory's cross-talk sum without the trigger's read (the draws of
+    `_second_moments_of_draws`, seed 0): at the correct label and off it, with standard errors."""
+    g = torch.Generator().manual_seed(0)
+    unit = theory.step1_signal_unit(V, L)
+    at, off = [], []
+    for start in range(0, problems, chunk):
+        S = min(chunk, problems - start)
+        E, U = (torch.randn(S, V, d, generator=g, dtype=torch.float64) / d ** 0.5 for _ in range(2))
+        perm = torch.argsort(torch.rand(S, V, generator=g), 1)
+        x, ot = torch.randint(V, (S, N), generator=g), torch.randint(V, (S, N, L - 1), generator=g)
+        n = torch.zeros(S, V, dtype=torch.float64).scatter_add_(1, x, torch.ones(S, N, dtype=torch.float64))
+        pair = (torch.arange(S)[:, None, None] * V + x[..., None]) * V + ot
+        m = torch.bincount(pair.reshape(-1), minlength=S * V * V).view(S, V, V).double()
+        xs, others = torch.randint(V, (S, M), generator=g), torch.randint(V, (S, M, L - 1), generator=g)
+        X, _, y = _crosstalk_parts(E, U, perm, n, m, xs, others, N, L)
+        sq = X * X / unit ** 2
+        sq_y = sq.gather(2, y[..., None])[..., 0]
+        at.append(sq_y.mean(1))
+        off.append((sq.sum(2) - sq_y).mean(1) / (V - 1))
+    at, off = torch.cat(at), torch.cat(off)
+    return float(at.mean()), float(at.std()) / problems ** 0.5, float(off.mean()), float(off.std()) / problems ** 0.5
+
+
+@pytest.mark.parametrize("V,d", [(16, 8), (64, 8)])
+def test_step1_memory_crosstalk_alone_matches_x_at_and_x_off(V, d):
+    """The memory's own cross-talk (L = 1: no other tokens; the trigger's read left out), against x_at =
+    (V - 1) f / d^2 and x_off = f (2 q / d + (V - 2) / d^2) of `step1_term_moments`, at small d where the
+    2 q / d part is most of x_off: within 4 standard errors of 600 problems plus 2 % of the prediction
+    (measured: -1.1 % and +0.4 % off the label). Reading q / d as 1 / (q d) would move x_off by 21 % at
+    d = 8 (ten standard errors)."""
+    N = 4096
+    f, q = 1 + (V - 1) / N, 1 + 2 / d
+    x_at, x_off = (V - 1) * f / d ** 2, f * (2 * q / d + (V - 2) / d ** 2)
+    # the formula's own parts: var_off - tc at L = 1 is x_off (the trigger's cross-talk tc is the rest)
+    P = theory.step1_term_moments(N, d, 1, V)["crosstalk"]
+    tc = P["var_off"] - x_off
+    assert abs(P["var_at"] - x_at - tc - 2 * f * q / d) < 1e-12 * P["var_at"]
+    at, se_at, off, se_off = _memory_crosstalk_second_moments(V, d, 1, N)
+    assert abs(off - x_off) < 4 * se_off + 0.02 * x_off, (off, x_off, se_off)
+    assert abs(at - x_at) < 4 * se_at + 0.02 * x_at, (at, x_at, se_at)
+
+
+def test_coupon_collector_equals_the_sum_of_geometric_waits():
+    """Collecting the i-th new token (i - 1 already seen) waits a geometric time with success probability
+    p_i = (V - i + 1) / V: mean sum 1/p_i, variance sum (1 - p_i)/p_i^2, summed here term by term."""
+    for V in (1, 2, 3, 7, 50, 257):
+        p = [(V - i + 1) / V for i in range(1, V + 1)]
+        mean, sd = theory.coupon_collector(V)
+        assert abs(mean - sum(1 / x for x in p)) < 1e-12 * mean
+        assert abs(sd - math.sqrt(sum((1 - x) / x ** 2 for x in p))) < 1e-9 * max(sd, 1.0)
+
+
+def test_bag_rule_accuracy_takes_one_sample():
+    """The smallest Monte Carlo (one sequence) is allowed: its answer is a single sequence's score, in [0, 1]."""
+    assert 0.0 <= theory.step1_bag_rule_accuracy(4, 8, samples=1) <= 1.0
+    with pytest.raises(ValueError, match="samples"):
+        theory.step1_bag_rule_accuracy(4, 8, samples=0)

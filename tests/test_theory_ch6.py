@@ -132,3 +132,16 @@ def test_the_limit_moments_are_the_large_n_moments():
     far, lim = refined_memory_moments(128, 64, 2 ** 60, 1.0), refined_memory_moments(128, 64, math.inf, 1.0)
     assert lim["mean_bias"] == lim["finite_sample"] == 0.0
     assert all(math.isclose(far[k], lim[k], rel_tol=1e-12, abs_tol=1e-15) for k in lim)
+
+
+def test_binned_token_counts_are_the_binomial_law():
+    """`_binned_counts`: the Binomial(N, 1/V) law of a token's count, grouped into bins at their
+    probability-weighted means: total probability 1, mean rho = n V / N exactly 1 (E n = N / V), and
+    variance at most (V - 1) / N, the binomial's, which grouping can only lower (here by under half)."""
+    from lib.theory.ch06_refined_memory import _binned_counts
+    for N, V in ((7, 3), (10, 4), (50, 50), (1000, 16), (100000, 64)):
+        rho, p = _binned_counts(N, V)
+        assert abs(float(p.sum()) - 1) < 1e-12, (N, V)
+        assert abs(float((p * rho).sum()) - 1) < 1e-9, (N, V)
+        var = float((p * rho * rho).sum()) - 1
+        assert var <= (V - 1) / N + 1e-9 and var >= 0.5 * (V - 1) / N, (N, V, var)
