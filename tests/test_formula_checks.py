@@ -41,6 +41,9 @@ def test_smallest_arguments_are_accepted():
     """The least value each guard admits runs (the guards' bounds are part of the contract)."""
     assert 0 < step2.sampled_focus(2.0, 2, 1, 1, torch.Generator().manual_seed(0)) < 1
     assert theory.mlp_predicted_capacity(8, 16, v_max=2) in (0, 2)
+    assert theory.mlp_predicted_capacity(2, 1, v_max=2) in (0, 2)             # d >= 2, as its accuracy needs
+    with pytest.raises(ValueError, match="d must be an integer >= 2"):
+        theory.mlp_predicted_capacity(1, 1, v_max=2)
     with pytest.raises(ValueError, match="v_max"):
         theory.mlp_predicted_capacity(8, 16, v_max=1)
     with pytest.raises(ValueError, match="L"):

@@ -31,7 +31,7 @@ STILL_WIDE = {
     "07_capacity.ipynb": 18,
     "08_mlp_memory.ipynb": 4,
     "09_lower_bound.ipynb": 13,
-    "10_beyond_three_steps.ipynb": 36,
+    "10_beyond_three_steps.ipynb": 35,
     "11_factual_recall.ipynb": 19,
 }
 

@@ -191,7 +191,7 @@ def mlp_predicted_capacity(d: int, m: int, activation: str = "he3", threshold: f
                            v_max: int = 2 ** 16, kappa_fluctuation: bool = True) -> int:
     """Largest V whose memory (every count exact, N = infinity) `mlp_predicted_accuracy` puts at
     >= threshold: the heuristic capacity, found by doubling then bisection (0 if not even V = 2)."""
-    d, m, v_max = check_int("d", d, 1), check_int("m", m, 1), check_int("v_max", v_max, 2)
+    d, m, v_max = check_int("d", d, 2), check_int("m", m, 1), check_int("v_max", v_max, 2)
     if not (isinstance(threshold, float) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must be a float in (0, 1), got {threshold!r}")
     ok = lambda V: mlp_predicted_accuracy(V, d, m, math.inf, activation,
