@@ -30,8 +30,8 @@ def count_route_vs_autograd(problem: Problem, batch: Batch, runs, steps: int = 2
     W_KQ as one vector) where the count route's run (`train`) stands after each number of steps in
     `grad_at`; and the relative gap between the parameters (together) that `train` and
     `train_transformer` reach after `steps`. Both blocks together: where attention saturates, the
-    W_KQ gradient alone can shrink to the size of float64 rounding, and its own relative gap then
-    measures nothing but rounding.
+    W_KQ gradient alone can be so small that float64 rounding is a visible fraction of it, and its own
+    relative gap then measures mostly rounding.
     Returns {(init, optimizer): {"grad": ..., "params": ...}} in the order of `runs`."""
     steps = check_int("steps", steps, 0)
     if not isinstance(grad_at, (tuple, list)) or not grad_at:
