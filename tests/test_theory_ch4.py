@@ -126,7 +126,8 @@ def _crosstalk_second_moments(V, d, L, N, problems=1200, M=64, chunk=100):
         torch.set_num_threads(before)
 
 
-def _second_moments_of_draws(V, d, L, N, problems, M, chunk):
+def _second_moments_of_draws(V, d, L, N, problems, M, chunk, trigger=True):
+    """The draws of `_crosstalk_second_moments`; trigger=False leaves the trigger's read out (X alone)."""
     g = torch.Generator().manual_seed(0)
     unit = theory.step1_signal_unit(V, L)
     at, off = [], []
@@ -140,7 +141,7 @@ def _second_moments_of_draws(V, d, L, N, problems, M, chunk):
         m = torch.bincount(pair.reshape(-1), minlength=S * V * V).view(S, V, V).double()
         xs, others = torch.randint(V, (S, M), generator=g), torch.randint(V, (S, M, L - 1), generator=g)
         X, v, y = _crosstalk_parts(E, U, perm, n, m, xs, others, N, L)
-        sq = (X * X + _trigger_read(v, None)) / unit ** 2                # (S, M, V)
+        sq = (X * X + (_trigger_read(v, None) if trigger else 0)) / unit ** 2   # (S, M, V)
         sq_y = sq.gather(2, y[..., None])[..., 0]
         at.append(sq_y.mean(1))
         off.append((sq.sum(2) - sq_y).mean(1) / (V - 1))
@@ -291,25 +292,7 @@ def test_bag_rule_accuracy_matches_exact_enumeration_and_the_first_order_formula
 def _memory_crosstalk_second_moments(V, d, L, N, problems=600, M=64, chunk=100):
     """Monte Carlo of E[X^2] alone, the memory's cross-talk sum without the trigger's read (the draws of
     `_second_moments_of_draws`, seed 0): at the correct label and off it, with standard errors."""
-    g = torch.Generator().manual_seed(0)
-    unit = theory.step1_signal_unit(V, L)
-    at, off = [], []
-    for start in range(0, problems, chunk):
-        S = min(chunk, problems - start)
-        E, U = (torch.randn(S, V, d, generator=g, dtype=torch.float64) / d ** 0.5 for _ in range(2))
-        perm = torch.argsort(torch.rand(S, V, generator=g), 1)
-        x, ot = torch.randint(V, (S, N), generator=g), torch.randint(V, (S, N, L - 1), generator=g)
-        n = torch.zeros(S, V, dtype=torch.float64).scatter_add_(1, x, torch.ones(S, N, dtype=torch.float64))
-        pair = (torch.arange(S)[:, None, None] * V + x[..., None]) * V + ot
-        m = torch.bincount(pair.reshape(-1), minlength=S * V * V).view(S, V, V).double()
-        xs, others = torch.randint(V, (S, M), generator=g), torch.randint(V, (S, M, L - 1), generator=g)
-        X, _, y = _crosstalk_parts(E, U, perm, n, m, xs, others, N, L)
-        sq = X * X / unit ** 2
-        sq_y = sq.gather(2, y[..., None])[..., 0]
-        at.append(sq_y.mean(1))
-        off.append((sq.sum(2) - sq_y).mean(1) / (V - 1))
-    at, off = torch.cat(at), torch.cat(off)
-    return float(at.mean()), float(at.std()) / problems ** 0.5, float(off.mean()), float(off.std()) / problems ** 0.5
+    return _second_moments_of_draws(V, d, L, N, problems, M, chunk, trigger=False)
 
 
 @pytest.mark.parametrize("V,d", [(16, 8), (64, 8)])
