@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core.config import TaskConfig, check_float, check_int
 from ..core.embeddings import make_problem
+from ..core.grid import first_index, stays_from
 from ..core.paths import data_dir
 from ..core.task import sample_batch
 from ..learning.schedule import three_steps
@@ -95,14 +96,6 @@ def moment_curves(cfg: TaskConfig, Ns, seeds, samples: int = 8000) -> np.ndarray
     return out
 
 
-def _stays(ok: np.ndarray) -> int | None:
-    """Index from which `ok` is True to the end; None if its last entry is False."""
-    if not ok[-1]:
-        return None
-    bad = np.flatnonzero(~ok)
-    return int(bad[-1]) + 1 if bad.size else 0
-
-
 def _crossing(mean: np.ndarray, Ns: list, i: int, threshold: float) -> float:
     """log-linear interpolation of where `mean` crosses `threshold` between grid points i - 1 and i."""
     if i == 0:
@@ -125,7 +118,7 @@ def requirement(acc, Ns, threshold: float) -> dict:
     mean, half = theory.t_interval(acc, axis=0)
     out = {"mean": mean, "half": half}
     for key, curve in (("nstar", mean), ("lo", mean + half), ("hi", mean - half)):
-        i = _stays(curve >= threshold)
+        i = stays_from(curve >= threshold)
         out[key] = math.inf if i is None else _crossing(curve, Ns, i, threshold)
     return out
 
@@ -137,8 +130,8 @@ def first_passage(acc, Ns, threshold: float) -> np.ndarray:
     if acc.ndim != 2 or acc.shape[1] != len(Ns):
         raise ValueError(f"acc must be a (problems, {len(Ns)}) array, got shape {acc.shape}")
     threshold = check_float("threshold", threshold, 0.0, 1.0, strict_min=True)
-    hit = acc >= threshold
-    return np.array([float(Ns[int(np.argmax(h))]) if h.any() else math.inf for h in hit])
+    first = first_index(acc >= threshold, axis=1)
+    return np.array([float(Ns[i]) if i < len(Ns) else math.inf for i in first])
 
 
 CURVES_DIR = data_dir()                           # book/data, or its copy installed with lib

@@ -39,6 +39,7 @@ import torch
 
 from ..core.config import TaskConfig, check_float, check_int
 from ..core.embeddings import Problem, check_problem, make_problem
+from ..core.grid import stays_from
 from ..core.search import first_true_real
 from ..core.task import Batch, check_batch, sample_batch
 from .lowerbound_attention import (accuracy_ceiling, attention_lower_bound, class_accuracy_path,  # noqa: F401
@@ -257,12 +258,11 @@ def bayes_accuracy(n: torch.Tensor) -> float:
 
 def first_stable(Ns, accs, threshold: float):
     """First N from which every accuracy (to the end of the grid) is >= threshold; None if the last is not."""
-    out = None
-    for N, a in zip(reversed(list(Ns)), reversed(list(accs))):
-        if a < threshold:
-            break
-        out = N
-    return out
+    Ns, accs = list(Ns), np.asarray(list(accs), dtype=float)
+    if len(Ns) != len(accs):
+        raise ValueError(f"Ns and accs must have the same length, got {len(Ns)} and {len(accs)}")
+    i = stays_from(accs >= threshold)
+    return None if i is None else Ns[i]
 
 
 def accuracy_curves(cfg: TaskConfig, seed: int = 0, n_min: int = 16, n_max: int = 2 ** 16,

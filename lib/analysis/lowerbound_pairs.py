@@ -327,7 +327,8 @@ def pair_table(rows, threshold: float = 0.99) -> list:
     (`attention_curve.requirement`: the N from which the mean stays >= threshold, log-interpolated; inf: not
     reached), "<learner>_lo" / "<learner>_hi" the same for the ends of the mean's 95 % t-interval and
     "<learner>_each" each problem's first N from which its own accuracy stays >= threshold (inf: not reached)."""
-    from .attention_curve import _stays, requirement
+    from .attention_curve import requirement
+    from ..core.grid import stays_from
     t = _threshold(threshold)
     out = []
     for key, g, Ns in _points(rows):
@@ -338,7 +339,7 @@ def pair_table(rows, threshold: float = 0.99) -> list:
             acc = np.array([r[k] for r in g])
             req = requirement(acc, Ns, t)
             row[k], row[k + "_lo"], row[k + "_hi"] = req["nstar"], req["lo"], req["hi"]
-            each = [_stays(a >= t) for a in acc]
+            each = [stays_from(a >= t) for a in acc]
             row[k + "_each"] = [math.inf if i is None else float(Ns[i]) for i in each]
         out.append(row)
     return out

@@ -14,6 +14,7 @@ import torch
 
 from ..core.config import TaskConfig, check_int
 from ..core.embeddings import Problem, make_problem
+from ..core.grid import first_index
 from ..core.memory import hebbian, make_memory, recall_accuracy
 from ..core.models import hard_attention
 from ..core.seed import generator
@@ -159,12 +160,13 @@ def first_crossing(x, y, level: float = 0.99) -> float:
     x, y = list(x), list(y)
     if len(x) != len(y) or len(x) < 2:
         raise ValueError(f"x and y must have the same length >= 2, got {len(x)} and {len(y)}")
-    V0, a0 = x[0], y[0]
-    for xi, yi in zip(x[1:], y[1:]):
-        if yi < level:
-            return V0 + (xi - V0) * (a0 - level) / (a0 - yi) if a0 >= level else float("nan")
-        V0, a0 = xi, yi
-    return float("nan")
+    if y[0] < level:
+        return float("nan")
+    j = first_index(np.asarray(y, dtype=float) < level)
+    if j is None:
+        return float("nan")
+    x0, a0 = x[j - 1], y[j - 1]
+    return x0 + (x[j] - x0) * (a0 - level) / (a0 - y[j])
 
 
 def nstar_row(V: int, d: int, trigger_in_value: bool, problems: int, threshold: float = 0.99) -> tuple:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.config import check_int
+from ..core.grid import stays_from
 from ..core.seed import generator
 
 BOOTSTRAP = 2000                       # resamples of the seeds for the N* interval
@@ -31,8 +32,7 @@ def bootstrap_nstar(Ns, per_seed, threshold: float, *, seed: int = 0, resamples:
     means = acc[:, idx].mean(axis=-1)                                     # (len(Ns), 1 + resamples)
     passed = means >= threshold
     # N* of a resample: the smallest N from which on every evaluated N passes
-    tail_ok = np.flip(np.cumprod(np.flip(passed, axis=0), axis=0), axis=0).astype(bool)
-    first = np.where(tail_ok.any(axis=0), tail_ok.argmax(axis=0), len(Ns))
+    first = stays_from(passed, axis=0)
     value = np.where(first < len(Ns), Ns[np.minimum(first, len(Ns) - 1)], np.iinfo(np.int64).max)
     ref, boot = value[0], value[1:]
     q10, q90 = (int(np.quantile(boot, q, method="inverted_cdf")) for q in (0.1, 0.9))
