@@ -451,6 +451,31 @@ class _Scope(ast.NodeVisitor):
     visit_ImportFrom = visit_Import
 
 
+BOOLEAN_ANSWER = re.compile(r"isinstance\(\w+, \(?(?:bool|np\.bool_)\b")
+
+
+@pytest.mark.parametrize("path", _exercise_chapters(), ids=lambda p: p.stem)
+def test_no_check_is_one_boolean(path):
+    """A check whose answer is a boolean (a yes/no conclusion) also runs every hidden test of its exercise's
+    first check, the quantity the conclusion is about: a student who guesses the boolean, or copies it from a
+    classmate, without computing that quantity scores nothing on it. The first check itself is never a
+    boolean (tests/test_course_pipeline.py plays that student on chapter 1 and sees 0 on every check)."""
+    nb = nbformat.read(path, as_version=4)
+    for label, (_, checks) in _exercises(nb).items():
+        first = [c for c in checks if c.metadata.nbgrader["grade_id"] == f"{label}-check"]
+        assert len(first) == 1, f"{label}: no first check {label}-check"
+        assert not BOOLEAN_ANSWER.search(_visible(first[0].source)), f"{label}-check: its answer is one boolean"
+        need = [line for line in course.HIDDEN_RE.search(first[0].source).group(1).strip().splitlines()
+                if line.strip() and not line.strip().startswith("#")]
+        for c in checks:
+            if c is first[0] or not BOOLEAN_ANSWER.search(_visible(c.source)):
+                continue
+            hidden = course.HIDDEN_RE.search(c.source).group(1).splitlines()
+            missing = [line for line in need if line not in hidden]
+            assert not missing, (f"{c.metadata.nbgrader['grade_id']}: a boolean graded without its exercise's "
+                                 f"first check (missing: {missing[0][:80]})")
+
+
 @pytest.mark.parametrize("path", _pending(_exercise_chapters()), ids=lambda p: p.stem)
 def test_checks_print_nothing_hold_hidden_tests_and_do_not_recompute_the_answer(path):
     nb = nbformat.read(path, as_version=4)

@@ -163,6 +163,12 @@ CHEATS = {
 }
 
 
+# A student who knows (or guesses) every boolean answer of chapter 1 and computes nothing: a boolean part is
+# graded together with the quantity it is about (tests/test_course.py::test_no_check_is_one_boolean), so
+# this student scores 0 too, in any kernel (no tampering: the control below leaves it out).
+GUESS = {"guess_booleans": "below_bound = trigger_costs = bias_beats_signal = True   # right, not computed"}
+
+
 def cheat_notebook(released, code):
     """The released chapter with its computations after the imports deleted (a student may delete
     cells), the exercises unanswered, and one cell of code after the imports."""
@@ -203,7 +209,7 @@ def mock_course(tmp_path_factory):
     carol.cells.insert(checks[f"{labels[2]}-check"] + 1, dup)
     carol.cells.insert(checks[f"{half[1]}-check"] + 1, fake)
     students = {"alice": _fill(released, source, labels), "bob": released, "carol": carol,
-                **{f"cheat_{k}": cheat_notebook(released, code) for k, code in CHEATS.items()}}
+                **{f"cheat_{k}": cheat_notebook(released, code) for k, code in {**CHEATS, **GUESS}.items()}}
     for s, nb in students.items():
         (subs / s).mkdir(parents=True)
         nbformat.write(nb, subs / s / f"{A}.ipynb")
@@ -321,10 +327,11 @@ IN_KERNEL = {"strip_input": 7, "strip_ast": 7, "patch_lib": 2, "magic_float": 4,
 
 @pytest.mark.slow
 def test_tampering_scores_zero_under_autograde(mock_course):
-    """Each student who strips asserts, patches lib or builtins, or answers with a lying float subclass
-    scores 0 on every exercise in nbgrader's gradebook; the honest student keeps full marks."""
+    """Each student who strips asserts, patches lib or builtins, answers with a lying float subclass, or
+    sets every boolean answer right without computing anything scores 0 on every exercise in nbgrader's
+    gradebook; the honest student keeps full marks."""
     rows = _by_student(mock_course["rows"], cheats=True)
-    assert sorted(rows) == sorted(f"cheat_{k}" for k in CHEATS)
+    assert sorted(rows) == sorted(f"cheat_{k}" for k in {**CHEATS, **GUESS})
     for s, got in rows.items():
         checks = {g: sc for g, sc, _, _ in got if "-check" in g}
         assert len(checks) == 7 and set(checks.values()) == {0}, (s, checks)
@@ -336,7 +343,7 @@ def test_tampering_scores_zero_under_autograde(mock_course):
 @pytest.mark.slow
 def test_tampering_scores_zero_under_grade_sh(mock_course, tmp_path):
     """scripts/grade.sh: the same tampering notebooks score 0, the honest one full marks."""
-    names = ["alice", *(f"cheat_{k}" for k in CHEATS)]
+    names = ["alice", *(f"cheat_{k}" for k in {**CHEATS, **GUESS})]
     paths = []
     for s in names:
         (tmp_path / s).mkdir()
@@ -346,7 +353,7 @@ def test_tampering_scores_zero_under_grade_sh(mock_course, tmp_path):
                        text=True, env={**ENV, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.strip().splitlines()
-    assert lines == [f"{A}: 7/7 +2 by hand"] + [f"{A}: 0/7 +2 by hand"] * len(CHEATS), r.stdout
+    assert lines == [f"{A}: 7/7 +2 by hand"] + [f"{A}: 0/7 +2 by hand"] * len({**CHEATS, **GUESS}), r.stdout
 
 
 @pytest.mark.slow

@@ -26,13 +26,13 @@ STILL_WIDE = {
     "02_interference.ipynb": 10,
     "03_model.ipynb": 4,
     "04_value_step.ipynb": 3,
-    "05_attention_step.ipynb": 25,
-    "06_refined_memory.ipynb": 9,
-    "07_capacity.ipynb": 18,
+    "05_attention_step.ipynb": 14,
+    "06_refined_memory.ipynb": 5,
+    "07_capacity.ipynb": 9,
     "08_mlp_memory.ipynb": 4,
-    "09_lower_bound.ipynb": 13,
-    "10_beyond_three_steps.ipynb": 35,
-    "11_factual_recall.ipynb": 19,
+    "09_lower_bound.ipynb": 10,
+    "10_beyond_three_steps.ipynb": 25,
+    "11_factual_recall.ipynb": 11,
 }
 
 

@@ -22,7 +22,8 @@ def test_leakage_row_none_when_attention_is_right_else_nine_numbers():
     assert rows, "a hard problem should mis-attend"
     f, *_, oracle, learned, scattered, lsd = rows[0]
     assert 0 < f <= 1 and all(0 <= a <= 1 for a in (oracle, learned, scattered)) and lsd >= 0
-    assert len(refined.leak_table(rows).splitlines()) == 1 + len(rows)
+    assert len(refined.leak_table(rows).splitlines()) == 2 + len(rows)
+    assert max(map(len, refined.leak_table(rows).splitlines())) <= 100
     with pytest.raises(ValueError, match="rows"):
         refined.leak_table([(1, 2)])
 

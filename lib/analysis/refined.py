@@ -60,14 +60,16 @@ def leakage_row(cfg: TaskConfig, seed: int, n_train: int = 2 ** 11, n_test: int 
 
 
 def leak_table(rows) -> str:
-    """The rows of `leakage_row` as a text table."""
-    lines = [" mis-att.  |leak|/sqrt(f): learned  scattered   errors per token: learned  scattered   "
-             "accuracy: oracle  learned  scattered   leakage sd / signal"]
+    """The rows of `leakage_row` as a text table, 78 characters wide: the share f of mis-attended samples,
+    |leak| / sqrt(f) and errors per token (learned and scattered attention), accuracy (oracle, learned,
+    scattered), and the leakage's standard deviation over the signal."""
+    lines = [f"{'':6}{'|leak| / sqrt(f)':^18}{'errors per token':^18}{'accuracy':^26}{'leakage sd':>10}",
+             f"{'f':>6}{'learned':>8}{'scattered':>10}{'learned':>8}{'scattered':>10}{'oracle':>8}"
+             f"{'learned':>8}{'scattered':>10}{'/ signal':>10}"]
     for row in rows:
         if len(row) != 9:
             raise ValueError(f"rows must be the 9-tuples of leakage_row, got one of length {len(row)}")
-        lines.append("  {:5.1%}          {:5.2f}      {:5.2f}                {:5.1f}      {:5.1f}             "
-                     "{:.3f}    {:.3f}    {:.3f}        {:.2f}".format(*row))
+        lines.append("{:6.1%}{:8.2f}{:10.2f}{:8.1f}{:10.1f}{:8.3f}{:8.3f}{:10.3f}{:10.2f}".format(*row))
     return "\n".join(lines)
 
 
