@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import textwrap
@@ -134,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--n-min", type=int, default=None, help="first N tried (default V)")
     n.add_argument("--n-max", type=int, default=2 ** 20, help="give up above this N (default 2^20)")
     _add_search_args(n)
+    n.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="one stderr line per evaluated N, with the elapsed time and, once N* is bracketed, an ETA "
+                        "(default: on when stderr is a terminal)")
     w = command("sweep", "N* for every point of a grid over V, d, L (and m): resumable, parallel",
                 "N* for every point of the grid of --V, --d, --L (and --m) values. Each grid point's result is "
                 "printed the moment it finishes (--json: JSON lines, one object per grid point, in the order they "
@@ -207,6 +211,41 @@ def _strict(point: dict, mode: str) -> dict:
     return point
 
 
+class SearchProgress:
+    """Progress of an N* search, one line per evaluated N on `out`: its accuracy, whether it reached the
+    threshold, the elapsed time and an ETA. While the search doubles, the number of evaluations left is
+    unknown (the line says so); once the threshold is bracketed, the bisection halves the bracket until it
+    is within max(1, resolution x N*), so about log2(bracket / that width) evaluations are left, each
+    taking the mean time per evaluation so far."""
+
+    def __init__(self, threshold: float, resolution: float, metric: str = "acc", out=None):
+        self.threshold, self.resolution, self.metric = threshold, resolution, metric
+        self.out = sys.stderr if out is None else out
+        self.low = self.high = None                  # largest N below, smallest N reaching the threshold
+        self.count, self.t0 = 0, time.perf_counter()
+
+    def left(self) -> int | None:
+        """Evaluations left in the bisection (None while doubling)."""
+        if self.high is None:
+            return None
+        gap, width = self.high - (self.low or 0), max(1.0, self.resolution * self.high)
+        return max(0, math.ceil(math.log2(gap / width))) if gap > width else 0
+
+    def __call__(self, N: int, point, reached: bool) -> None:
+        self.count += 1
+        if reached:
+            self.high = N if self.high is None else min(self.high, N)
+        else:
+            self.low = N if self.low is None else max(self.low, N)
+        elapsed = time.perf_counter() - self.t0
+        left = self.left()
+        eta = ("doubling: evaluations left unknown" if left is None else
+               f"about {left} evaluation{'s' * (left != 1)} left, ETA {left * elapsed / self.count:.0f} s")
+        print(f"  [{self.count}] N={N} {self.metric}={getattr(point, self.metric):.4f} "
+              f"({'reached' if reached else 'below'} {self.threshold}); {elapsed:.0f} s; {eta}",
+              file=self.out, flush=True)
+
+
 def _sweep(a) -> None:
     ms = a.m if a.m is not None else [None]
     configs = [_config(a, V, d, L, m) for V in a.V for d in a.d for L in a.L for m in ms]
@@ -270,9 +309,10 @@ def main(argv=None) -> int:
         elif a.command == "sweep":
             _sweep(a)
         else:
+            progress = sys.stderr.isatty() if a.progress is None else a.progress
             res = nstar(_config(a), a.threshold, seeds=a.seeds, seed=a.seed, n_min=a.n_min, n_max=a.n_max,
                         mode=a.mode, n_test=a.n_test, resolution=a.resolution, step_sizes=_step_sizes(a),
-                        cache=a.cache)
+                        cache=a.cache, on_point=SearchProgress(a.threshold, a.resolution) if progress else None)
             elapsed = time.perf_counter() - t0
             if a.json:
                 print(json.dumps({"nstar": res.nstar, "last_false": res.last_false, "threshold": res.threshold,

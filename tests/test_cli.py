@@ -1,6 +1,8 @@
 """The command line contract of the README: flags reach TaskConfig / StepSizes and change results,
 JSON keys and values agree with `lib.run`, errors exit 2 with one line naming the parameter."""
 import json
+import math
+import re
 import statistics
 import subprocess
 import sys
@@ -8,7 +10,7 @@ import sys
 import pytest
 
 import lib
-from lib.cli import main
+from lib.cli import SearchProgress, main
 
 SMALL = ["--V", "16", "--d", "16", "--L", "4", "--n-test", "512", "--device", "cpu"]
 
@@ -103,6 +105,39 @@ def test_nstar_json_and_the_cache_is_read(capsys, tmp_path):
     cache.write_text("".join(lines))
     planted = json.loads(cli(capsys, *args, "--n-max", str(res["nstar"]))[1])
     assert planted["nstar"] is None and planted["runs"] == 0
+
+
+def test_nstar_progress_reports_each_evaluated_N_with_an_eta(capsys, tmp_path):
+    """--progress: one stderr line per evaluated N, in the search's order, the same N's and accuracies as the
+    JSON on stdout; 'doubling' until the threshold is bracketed, then an ETA whose count of evaluations left
+    falls to 0 at the last one. --no-progress (and a non-terminal stderr, the default here) prints none."""
+    args = ("nstar", "--V", "32", "--d", "64", "--L", "4", "--threshold", "0.9", "--seeds", "1", "--n-test",
+            "512", "--json", "--device", "cpu", "--resolution", "0.05")
+    rc, out, err = cli(capsys, *args, "--progress")
+    assert rc == 0, err
+    res, lines = json.loads(out), err.rstrip("\n").splitlines()
+    assert len(lines) == len(res["points"]) > 2
+    for i, (line, p) in enumerate(zip(lines, res["points"])):
+        assert line.startswith(f"  [{i + 1}] N={p['N']} acc={p['acc']:.4f} ("), line
+    assert "doubling" in lines[0] and "0 evaluations left" in lines[-1]
+    left = [int(x) for x in re.findall(r"about (\d+) evaluation", err)]
+    assert left and left == sorted(left, reverse=True)
+    assert cli(capsys, *args, "--no-progress")[2] == "" and cli(capsys, *args)[2] == ""
+
+
+def test_search_progress_counts_the_bisection_left():
+    import io
+    from types import SimpleNamespace
+    buf = io.StringIO()
+    sp = SearchProgress(0.9, 0.05, out=buf)
+    pt = lambda a: SimpleNamespace(acc=a)                                                # noqa: E731
+    sp(64, pt(0.5), False)
+    assert sp.left() is None
+    sp(128, pt(0.95), True)                          # bracket (64, 128]: width max(1, 6.4) -> 4 halvings
+    assert sp.left() == math.ceil(math.log2(64 / 6.4)) == 4
+    sp(96, pt(0.95), True)
+    assert sp.left() == math.ceil(math.log2(32 / 4.8))
+    assert "doubling" in buf.getvalue().splitlines()[0] and "ETA" in buf.getvalue().splitlines()[-1]
 
 
 def test_nstar_seeds_default_to_three(capsys):

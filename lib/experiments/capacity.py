@@ -41,13 +41,14 @@ class NStar:
 def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int = 0, n_min: int | None = None,
           n_max: int = 2 ** 20, mode: str = "limit", n_test: int = N_TEST, resolution: float = 0.05,
           step_sizes: StepSizes = StepSizes(), cache: str | None = None, store: Store | None = None,
-          training=None, metric: str = "acc") -> NStar:
+          training=None, metric: str = "acc", on_point=None) -> NStar:
     """Critical sample size by doubling from n_min (default V) and bisection to `resolution`.
     `training` (a `lib.learning.trainer.TrainSpec`, mode "finite"): N* of the trained model instead.
     `metric`: which mean accuracy of the `RunResult` must reach the threshold: "acc" (test accuracy,
     the default), "att_acc" (attention picks the marked position: the attention requirement alone)
     or "oracle_acc" (recall with oracle attention at test). The store's points hold all three, so
-    searches on different metrics share them."""
+    searches on different metrics share them. `on_point(N, point, reached)`, if given, is called as each
+    evaluated N is known (computed or read from the store), in the search's order."""
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     if metric not in METRICS:
@@ -61,6 +62,8 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
         raise ValueError("cache and store cannot both be given")
     if store is not None and not isinstance(store, Store):
         raise ValueError(f"store must be a lib.experiments.store.Store, got {type(store).__name__}")
+    if on_point is not None and not callable(on_point):
+        raise ValueError(f"on_point must be callable or None, got {type(on_point).__name__}")
     store = store if store is not None else Store(cache)
     out = NStar(None, threshold)
 
@@ -76,7 +79,10 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
                     out.runs += 1
                     store.put(prefix, point)
         out.points.append(point)
-        return getattr(point, metric) >= threshold
+        reached = getattr(point, metric) >= threshold
+        if on_point is not None:
+            on_point(N, point, reached)
+        return reached
 
     bracket = threshold_search(ok, n_min, n_max, resolution)
     out.nstar, out.last_false = bracket.first_true, bracket.last_false
