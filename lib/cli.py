@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_args(t)
     t.add_argument("--N", type=int, required=True, help="number of training samples")
     t.add_argument("--seeds", type=int, default=1, help="number of seeds (problems) to average over (default 1)")
+    t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="one stderr line per seed trained, with the elapsed time and an ETA (default: on when "
+                        "stderr is a terminal)")
     n = command("nstar", "critical sample size N* reaching an accuracy threshold",
                 "The smallest N whose mean test accuracy over seeds reaches --threshold: doubling from --n-min, "
                 "then bisection to --resolution; every evaluated N is kept in --cache (a rerun computes only "
@@ -246,6 +249,19 @@ class SearchProgress:
               file=self.out, flush=True)
 
 
+class SeedProgress:
+    """Progress of `train` over its seeds, one line per seed on `out`: its accuracy, the elapsed time and an
+    ETA (the seeds left times the mean time per seed so far)."""
+
+    def __init__(self, seeds: int, out=None):
+        self.seeds, self.out, self.t0 = seeds, sys.stderr if out is None else out, time.perf_counter()
+
+    def __call__(self, i: int, accs: dict) -> None:
+        elapsed = time.perf_counter() - self.t0
+        print(f"  seed {i}/{self.seeds}: acc={accs['acc']:.4f}; {elapsed:.0f} s; "
+              f"ETA {(self.seeds - i) * elapsed / i:.0f} s", file=self.out, flush=True)
+
+
 def _sweep(a) -> None:
     ms = a.m if a.m is not None else [None]
     configs = [_config(a, V, d, L, m) for V in a.V for d in a.d for L in a.L for m in ms]
@@ -287,8 +303,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         if a.command == "train":
+            progress = sys.stderr.isatty() if a.progress is None else a.progress
             res = run(_config(a), a.N, mode=a.mode, seeds=a.seeds, seed=a.seed, n_test=a.n_test,
-                      step_sizes=_step_sizes(a))
+                      step_sizes=_step_sizes(a), on_seed=SeedProgress(a.seeds) if progress else None)
             elapsed = time.perf_counter() - t0
             gamma_W = res.per_seed["gamma_W"]
             if a.json:

@@ -125,6 +125,19 @@ def test_nstar_progress_reports_each_evaluated_N_with_an_eta(capsys, tmp_path):
     assert cli(capsys, *args, "--no-progress")[2] == "" and cli(capsys, *args)[2] == ""
 
 
+def test_train_progress_reports_each_seed_and_changes_no_number(capsys):
+    args = ("train", *SMALL, "--N", "300", "--seeds", "3", "--json")
+    rc, out, err = cli(capsys, *args, "--progress")
+    assert rc == 0, err
+    res, lines = json.loads(out), err.rstrip("\n").splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"  seed {i}/3" for i in (1, 2, 3)]
+    assert [float(re.search(r"acc=([0-9.]+)", line).group(1)) for line in lines] == \
+        [round(a, 4) for a in res["per_seed"]["acc"]]
+    assert lines[-1].endswith("ETA 0 s")
+    quiet = json.loads(cli(capsys, *args, "--no-progress")[1])
+    assert {k: v for k, v in quiet.items() if k != "seconds"} == {k: v for k, v in res.items() if k != "seconds"}
+
+
 def test_search_progress_counts_the_bisection_left():
     import io
     from types import SimpleNamespace

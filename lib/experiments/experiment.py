@@ -48,8 +48,10 @@ def spread(values) -> float:
 
 
 def run(cfg: TaskConfig, N: int, *, mode: str = "limit", seeds: int = 3, seed: int = 0, n_test: int = N_TEST,
-        step_sizes: StepSizes = StepSizes(), training: TrainSpec | None = None) -> RunResult:
-    """Mean (over `seeds` problems) accuracies of the three steps trained on N samples."""
+        step_sizes: StepSizes = StepSizes(), training: TrainSpec | None = None, on_seed=None) -> RunResult:
+    """Mean (over `seeds` problems) accuracies of the three steps trained on N samples. `on_seed(i, accs)`,
+    if given, is called after each seed's problem is trained and evaluated (i = 1 .. seeds; accs: its
+    accuracies by metric): progress, without changing any number."""
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     N, seeds = check_int("N", N, 1), check_int("seeds", seeds, 1)
@@ -58,6 +60,8 @@ def run(cfg: TaskConfig, N: int, *, mode: str = "limit", seeds: int = 3, seed: i
     if not isinstance(step_sizes, StepSizes):
         raise ValueError(f"step_sizes must be a StepSizes, got {type(step_sizes).__name__}")
     check_training(training, mode)
+    if on_seed is not None and not callable(on_seed):
+        raise ValueError(f"on_seed must be callable or None, got {type(on_seed).__name__}")
     per_seed = {k: [] for k in (*METRICS, "gamma_W")}
     for s in range(seed, seed + seeds):
         problem = make_problem(cfg, s)
@@ -72,6 +76,8 @@ def run(cfg: TaskConfig, N: int, *, mode: str = "limit", seeds: int = 3, seed: i
         for k in METRICS:
             per_seed[k].append(acc[k])
         per_seed["gamma_W"].append(gamma_W)
+        if on_seed is not None:
+            on_seed(s - seed + 1, {k: acc[k] for k in METRICS})
     mean = {k: statistics.fmean(per_seed[k]) for k in METRICS}
     return RunResult(N, seeds, mean["acc"], mean["att_acc"], mean["oracle_acc"],
                      spread(per_seed["acc"]), spread(per_seed["att_acc"]), spread(per_seed["oracle_acc"]),
