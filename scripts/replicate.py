@@ -112,13 +112,22 @@ def moves(row: dict, draws: list[int]) -> bool | None:
     return len(set(fps)) > 1
 
 
-def merge_into(table: dict, run: dict) -> dict:
+def merge_into(table: dict, run: dict, own_draws: bool = False) -> dict:
     """`table` (book/replication.json) with the chapters of `run` (a run's JSON) replaced: their rows and runs
     restricted to the table's draws (every one of which `run` must have), the summary's counts recomputed,
     and `run`'s command, date, other draws and how many claims failed on those added to the table's "merged"
-    list. The wall time stays the table's."""
+    list. The wall time stays the table's.
+
+    `own_draws=True`: the chapters keep every draw of `run` instead (a chapter too costly to run on all the
+    table's draws: its rows then say which draws they held on, and the "merged" entry names them as
+    "draws"); the run must still include draws 1, 2 and 3 and at least one draw beyond them."""
     draws = table["summary"]["draws"]
-    if not set(draws) <= set(run["summary"]["draws"]):
+    if own_draws:
+        mine = run["summary"]["draws"]
+        if not ({1, 2, 3} <= set(mine) and len(set(mine)) >= 4):
+            raise ValueError(f"with own draws the run's draws {mine} must include 1, 2, 3 and one more")
+        draws = mine
+    elif not set(draws) <= set(run["summary"]["draws"]):
         raise ValueError(f"the run's draws {run['summary']['draws']} must include the table's {draws}")
     chapters = {r["chapter"] for r in run["runs"]}
     keep = lambda r: r["chapter"] not in chapters                                      # noqa: E731
@@ -130,10 +139,13 @@ def merge_into(table: dict, run: dict) -> dict:
     runs = [r for r in table["runs"] if keep(r)] + [r for r in run["runs"] if r["draw"] in draws]
     summary = {**table["summary"], "claims": len(rows), "failed": sum(bool(r["failed"]) for r in rows),
                "live": sum(r["moves"] is True for r in rows), "fixed": sum(r["moves"] is False for r in rows)}
-    other = [d for d in run["summary"]["draws"] if d not in draws]         # the run's draws beyond the table's
+    other = [d for d in run["summary"]["draws"] if d not in table["summary"]["draws"]]   # beyond the table's
     failed_other = sum(any(int(k) in other for k in r["failed"]) for r in run["rows"])
-    merged = table.get("merged", []) + [{"command": run["command"], "date": run["date"], "chapters": sorted(chapters),
-                                         "other_draws": other, "failed_on_other_draws": failed_other}]
+    entry = {"command": run["command"], "date": run["date"], "chapters": sorted(chapters),
+             "other_draws": other, "failed_on_other_draws": failed_other}
+    if own_draws:
+        entry["draws"] = list(draws)
+    merged = table.get("merged", []) + [entry]
     return {**table, "summary": summary, "runs": runs, "rows": rows, "merged": merged}
 
 
@@ -148,6 +160,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "_build", "replication.json"), help="JSON output")
     ap.add_argument("--merge", default=None, metavar="RUN",
                     help="run nothing: replace RUN's chapters in book/replication.json (RUN: a finished --out)")
+    ap.add_argument("--own-draws", action="store_true",
+                    help="with --merge: RUN's chapters keep RUN's draws (1, 2, 3 and more) instead of the table's")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--draws" in argv:          # --draws takes the integers after it; what follows is notebooks
         i = argv.index("--draws") + 1
@@ -159,7 +173,7 @@ def main(argv=None) -> int:
     if a.merge is not None:
         path = os.path.join(ROOT, "book", "replication.json")
         with open(path) as f, open(a.merge) as g:
-            out = merge_into(json.load(f), json.load(g))
+            out = merge_into(json.load(f), json.load(g), own_draws=a.own_draws)
         with open(path, "w") as f:
             json.dump(out, f, indent=1)
         print(f"written: {path} ({out['summary']['claims']} claims, {out['summary']['failed']} failed)")

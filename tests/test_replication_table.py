@@ -102,6 +102,13 @@ def test_merge_replaces_the_rerun_chapters_on_the_tables_draws():
                               "failed_on_other_draws": 1}]
     with pytest.raises(ValueError, match="draws"):
         R.merge_into(table, {**run, "summary": {"draws": [1, 2]}})
+    # a chapter too costly for every draw of the table keeps its own draws, and says which
+    own = R.merge_into({**table, "summary": {**table["summary"], "draws": [1, 2, 3, 7, 8]}}, run, own_draws=True)
+    assert own["rows"][2]["passed"] == [1, 3, 9] and own["rows"][2]["failed"] == {"2": "no"}
+    assert own["merged"][-1]["draws"] == [1, 2, 3, 9] and own["merged"][-1]["other_draws"] == [9]
+    assert sorted(d for r in own["runs"] if r["chapter"] == "b" for d in [r["draw"]]) == [1, 2, 3, 9]
+    with pytest.raises(ValueError, match="own draws"):
+        R.merge_into(table, {**run, "summary": {"draws": [1, 2, 3]}}, own_draws=True)
 
 
 def test_main_does_not_shadow_the_modules_functions():
