@@ -263,6 +263,29 @@ def test_per_exercise_csv(mock_course):
 
 
 @pytest.mark.slow
+def test_a_hand_grade_reaches_the_export(mock_course, tmp_path):
+    """What formgrader does when an instructor grades a written answer (nbgrader 0.9's
+    server_extensions/formgrader/apihandlers.py, GradeHandler.put: set the grade's manual score, clear
+    needs_manual_grade, commit), done through nbgrader's API on a copy of the course: `course.sh export` then
+    reports that score with needs_manual_grade 0, and the other rows are unchanged."""
+    from nbgrader.api import Gradebook
+    c = tmp_path / "course"
+    shutil.copytree(mock_course["course"], c)
+    answer = next(g for g, _, _, manual in _by_student(mock_course["rows"])["alice"] if manual == "1")
+    with Gradebook(f"sqlite:///{c / 'gradebook.db'}") as gb:
+        grade = gb.find_grade(answer, A, A, "alice")
+        grade.manual_score, grade.needs_manual_grade = 1.0, False
+        gb.db.commit()
+    sh("export", c, tmp_path / "after.csv")
+    with open(tmp_path / "after.csv", newline="") as f:
+        after = _by_student([r for r in csv.DictReader(f) if r["assignment"] == A])
+    before = _by_student(mock_course["rows"])
+    assert dict((g, (sc, m)) for g, sc, _, m in after["alice"])[answer] == (1.0, "0")
+    assert [r for r in after["alice"] if r[0] != answer] == [r for r in before["alice"] if r[0] != answer]
+    assert after["bob"] == before["bob"] and after["carol"] == before["carol"]
+
+
+@pytest.mark.slow
 def test_gradebook_totals_and_cheating_refused(mock_course):
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{mock_course['course'] / 'gradebook.db'}") as gb:
