@@ -134,8 +134,7 @@ def merge_into(table: dict, run: dict, own_draws: bool = False) -> dict:
     rows = [r for r in table["rows"] if keep(r)] + [
         {**r, "passed": [d for d in r["passed"] if d in draws],
          "failed": {k: v for k, v in r["failed"].items() if int(k) in draws}} for r in run["rows"]]
-    order = {ch: i for i, ch in enumerate(dict.fromkeys(r["chapter"] for r in table["rows"] + rows))}
-    rows.sort(key=lambda r: order[r["chapter"]])                                         # chapters stay in place
+    rows.sort(key=lambda r: (r["chapter"] == "robustness", r["chapter"]))     # book order; a chapter's rows in place
     runs = [r for r in table["runs"] if keep(r)] + [r for r in run["runs"] if r["draw"] in draws]
     summary = {**table["summary"], "claims": len(rows), "failed": sum(bool(r["failed"]) for r in rows),
                "live": sum(r["moves"] is True for r in rows), "fixed": sum(r["moves"] is False for r in rows)}
@@ -147,6 +146,18 @@ def merge_into(table: dict, run: dict, own_draws: bool = False) -> dict:
         entry["draws"] = list(draws)
     merged = table.get("merged", []) + [entry]
     return {**table, "summary": summary, "runs": runs, "rows": rows, "merged": merged}
+
+
+def recell(table: dict, book: str = os.path.join(ROOT, "book")) -> dict:
+    """`table` with each row's cell number read from the chapter as it is now (a claim is keyed by its
+    chapter, text and occurrence, not by its cell: a cell split or inserted after the run moves it);
+    rows whose claim is no longer in its chapter keep theirs (the coverage test reports those)."""
+    where = {}
+    for ch in {r["chapter"] for r in table["rows"]}:
+        path = os.path.join(book, ch + ".ipynb")
+        if os.path.isfile(path):
+            where.update({c["key"]: c["cell"] for c in C.claims(C.load(path), ch)})
+    return {**table, "rows": [{**r, "cell": where.get(r["key"], r["cell"])} for r in table["rows"]]}
 
 
 def main(argv=None) -> int:
@@ -173,7 +184,7 @@ def main(argv=None) -> int:
     if a.merge is not None:
         path = os.path.join(ROOT, "book", "replication.json")
         with open(path) as f, open(a.merge) as g:
-            out = merge_into(json.load(f), json.load(g), own_draws=a.own_draws)
+            out = recell(merge_into(json.load(f), json.load(g), own_draws=a.own_draws))
         with open(path, "w") as f:
             json.dump(out, f, indent=1)
         print(f"written: {path} ({out['summary']['claims']} claims, {out['summary']['failed']} failed)")

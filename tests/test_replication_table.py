@@ -120,3 +120,16 @@ def test_main_does_not_shadow_the_modules_functions():
     assigned = {t.id for n in ast.walk(main) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
     assert not assigned & {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def test_recell_reads_each_claims_cell_from_the_chapter_as_it_is_now(tmp_path):
+    """A cell split after the run moves its claims; --merge rewrites the rows' cell numbers from the chapter."""
+    import replicate as R
+    code = lambda src: {"cell_type": "code", "source": src, "metadata": {}, "outputs": [],  # noqa: E731
+                        "execution_count": None}
+    nb = {"cells": [code("x = 1"), code("y = 2"), code("assert x == 1\nassert y == 2")],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "ch.ipynb").write_text(json.dumps(nb))
+    row = lambda key, cell: {"chapter": "ch", "key": key, "cell": cell}                 # noqa: E731
+    out = R.recell({"rows": [row("ch|x == 1|0", 0), row("ch|y == 2|0", 1), row("ch|gone|0", 5)]}, str(tmp_path))
+    assert [r["cell"] for r in out["rows"]] == [2, 2, 5]
