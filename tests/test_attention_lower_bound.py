@@ -60,6 +60,24 @@ def test_distinct_law_against_enumeration():
     assert np.allclose(la.distinct_law(V, L), counts / counts.sum(), atol=1e-12)
 
 
+def test_least_sizes_are_accepted_and_exact():
+    """The guards' least values V = 2, L = 2 (L = 1 for the rival law) run and give the hand-derived law:
+    one other token, which differs from the informative one with probability 1/2, so P(K = 0) = P(K = 1) = 1/2 and
+    A(r) = 1/2 + 1/2 P(X0 + r > X1) = 1/2 + Phi(r / sqrt 2) / 2 (exact at the table's nodes, within its
+    linear interpolation between them). One below each least value is refused, naming it."""
+    assert np.allclose(la.distinct_law(2, 2), [0.5, 0.5], atol=1e-15)
+    assert la.distinct_law(5, 1).tolist() == [1.0]                     # L = 1: no other token, K = 0
+    with pytest.raises(ValueError, match="L"):
+        la.distinct_law(5, 0)
+    phi = lambda x: 0.5 * math.erfc(-x / math.sqrt(2))                 # noqa: E731
+    for r in (-2.0, 0.0, 0.5, 1.0, 3.0, 0.37, -1.3):
+        assert abs(la.gaussian_mixture_accuracy(r, 2, 2) - (0.5 + 0.5 * phi(r / math.sqrt(2)))) < 1e-5, r
+    assert 0 < lb.attention_lower_bound(2, 64, 2) < math.inf
+    for V, L, name in ((1, 2, "V"), (2, 1, "L")):
+        with pytest.raises(ValueError, match=name):
+            la.gaussian_mixture_accuracy(0.0, V, L)
+
+
 @pytest.mark.slow
 def test_gaussian_mixture_accuracy_against_simulation():
     """A(r) = E_K g_K(r): simulate K from the token draws and Gaussian scores."""
@@ -244,6 +262,37 @@ def test_reduction_constants_are_the_exact_moments_over_the_floors():
         lb.reduction_constants(cfg, 0, samples=2)
     with pytest.raises(ValueError, match="trigger"):
         lb.reduction_constants(lib.TaskConfig(V=64, d=16, L=8, trigger_in_value=False), 0)
+
+
+def test_reduction_bias_is_the_perp_form_of_the_self_pair_mean():
+    """"bias" times its floor is B_exact, the spread over the tokens of e_j . D_perp in units mu_inf^2 / |z|^2:
+    the same through k_noise's token-score form 'perp' (D projected off z, scores centred over the tokens),
+    with mu_inf = z . k_inf."""
+    from lib.analysis import k_noise, margins
+    cfg = lib.TaskConfig(V=64, d=16, L=8)
+    r = lb.reduction_constants(cfg, 2, samples=8)
+    p = lib.make_problem(cfg, 2)
+    D, z = margins.k_self_term(p), p.z_trig
+    want = k_noise._forms(p)["perp"](D[None], D[None]) * float(z @ z) / float(z @ margins.k_population(p)) ** 2
+    assert r["bias"] * la.bias_floor(64, 16, 8) == pytest.approx(want, rel=1e-5)     # float32 problem
+
+
+def test_theta_scan_rules_are_unit_vectors_at_angle_theta_from_y(monkeypatch):
+    """Each randomised rule k_hat = cos(theta) Y/|Y| + sin(theta) W (W a unit vector orthogonal to Y) the scan
+    scores is a unit vector whose component along Y/|Y| is cos(theta): read from the directions it hands to
+    attention_accuracy, Y the three steps' k of the same batch."""
+    import lib.analysis.margins as margins
+    cfg = lib.TaskConfig(V=64, d=16, L=8)
+    p = lib.make_problem(cfg, 1)
+    Y = lib.three_steps(p, lib.sample_batch(p, 32, 1), mode="limit").k.double()
+    assert abs(float(Y.norm()) - 1) > 0.1                                # not a unit vector already
+    seen = []
+    monkeypatch.setattr(margins, "attention_accuracy", lambda prob, k: seen.append(k.double()) or 0.5)
+    thetas = (0.0, 0.3, 1.2, math.pi / 2)
+    lb.theta_scan(cfg, 32, 1, thetas=thetas, draws=2)
+    assert len(seen) == 1 + 2 * 3
+    for k, th in zip(seen, (0.0, 0.3, 0.3, 1.2, 1.2, math.pi / 2, math.pi / 2)):
+        assert abs(float(k.norm()) - 1) < 1e-5 and abs(float(k @ Y / Y.norm()) - math.cos(th)) < 1e-5, th
 
 
 def test_theta_scan_ends_are_y_and_minus_y():

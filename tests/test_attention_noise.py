@@ -88,6 +88,51 @@ def test_variance_formula_structure():
     assert r[1] == pytest.approx(4.0, rel=1e-3) and r[0] < r[1]
 
 
+@pytest.mark.parametrize("tiv", [True, False])
+def test_first_projection_is_the_pair_kernel_averaged_over_every_sample(tiv):
+    """psi(x) = E_Y K(x, Y) + E_X K(X, x) and s(x) = K(x, x), exactly: at V = 3, L = 2 the V^L L = 18
+    equally likely samples (tokens i.i.d. uniform, position uniform) are enumerated, and the pair
+    kernel averaged over all of them is psi, for every x, with the trigger in and out of the value path."""
+    import itertools
+    V, L = 3, 2
+    pr = lib.make_problem(lib.TaskConfig(V=V, d=5, L=L, trigger_in_value=tiv, dtype="float64", device="cpu"), 1)
+    seqs = [(t, p) for t in itertools.product(range(V), repeat=L) for p in range(L)]
+    tok = torch.tensor([t for t, _ in seqs], dtype=torch.long)
+    pos = torch.tensor([p for _, p in seqs], dtype=torch.long)
+    inf = tok[torch.arange(len(seqs)), pos]
+    every = lib.Batch(tok, pos, pr.perm[inf], inf)
+    psi, s = k_noise.first_projection(pr, every)
+    n = every.N
+    for i in range(n):
+        x = every.slice_mask(torch.full((n,), False).index_fill_(0, torch.tensor([i]), True))
+        xs = lib.Batch(x.tokens.repeat(n, 1), x.pos.repeat(n), x.labels.repeat(n), x.informative.repeat(n))
+        kxy, kyx = k_noise.pair_kernel(pr, xs, every)
+        assert torch.allclose(psi[i], kxy.mean(0) + kyx.mean(0), rtol=1e-10, atol=1e-12), i
+        assert torch.allclose(s[i], k_noise.pair_kernel(pr, x, x)[0][0], rtol=1e-10, atol=1e-12), i
+
+
+def test_moments_do_not_depend_on_the_chunking():
+    """Q[psi], Q[s] and Q[psi, s] are moments of per-sample quantities: the same whatever the chunk
+    size, odd ones included (an odd chunk leaves its last sample out of the pairs)."""
+    pr = problem(16, 8, 4)
+    a = k_noise.k_noise_moments(pr, samples=60, seed=2, chunk=60)
+    for chunk in (3, 7):
+        b = k_noise.k_noise_moments(pr, samples=60, seed=2, chunk=chunk)
+        for f in k_noise.FORMS:
+            for key in ("psi", "self", "cross"):
+                assert b[f][key] == pytest.approx(a[f][key], rel=1e-9), (chunk, f, key)
+            assert math.isfinite(b[f]["pair"])
+
+
+def test_fluctuating_snr_at_one_dimension():
+    """d = 1, the least d: r(N) = 1 / sqrt(1/d + X(N)) rises to sqrt(d) = 1 as the excess noise X(N) falls
+    to 0 with N, and stays below it; d = 0 is refused, naming d."""
+    r = theory.attention_snr_fluct(np.array([10.0, 1e12]), 32, 1, 8, 0.5)
+    assert r[0] < r[1] < 1 and abs(r[1] - 1) < 1e-6
+    with pytest.raises(ValueError, match="d"):
+        theory.attention_snr_fluct(10.0, 32, 0, 8, 0.5)
+
+
 def test_validation():
     pr = problem(16, 8, 4)
     with pytest.raises(ValueError, match="N"):

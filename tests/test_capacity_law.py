@@ -48,6 +48,22 @@ def test_wall_and_refusals():
             call()
 
 
+def test_law_features_at_the_least_sizes():
+    """V = 2, L = 2 and d = 1, the least each guard admits. At L = 2 the accuracy is Phi(r / sqrt 2), so
+    r*^2 = 2 Phi^-1(t)^2 = 10.82 at t = 0.99: d = 1 lies past the wall (None) and d = 11 just inside,
+    with features [1, log 2, log 2, log 11, log r*^2] and offset -log(1 - r*^2/11). One below each
+    least value is refused, naming it."""
+    from statistics import NormalDist
+    rs2 = 2 * NormalDist().inv_cdf(0.99) ** 2
+    assert ch07_law.law_features(2, 1, 2, 0.99) is None
+    feat, off = ch07_law.law_features(2, 11, 2, 0.99)
+    assert np.allclose(feat, [1, math.log(2), math.log(2), math.log(11), math.log(rs2)], rtol=1e-9)
+    assert off == pytest.approx(-math.log(1 - rs2 / 11), rel=1e-7)
+    for args, name in (((1, 11, 2), "V"), ((2, 0, 2), "d"), ((2, 11, 1), "L")):
+        with pytest.raises(ValueError, match=name):
+            ch07_law.law_features(*args, 0.99)
+
+
 def test_shipped_constants_are_the_calibration_fit():
     cal = calibration()
     for key, fit in cal["fits"].items():

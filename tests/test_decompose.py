@@ -220,6 +220,29 @@ def test_centred_step3_terms_sum_to_logits_and_match_closed_forms():
     assert float(T["leakage"].abs().max()) == 0.0 and float(T["misread"].abs().max()) == 0.0
 
 
+def test_centred_step3_closed_forms_hold_under_soft_test_attention():
+    """With oracle attention in training and soft attention at test (so the test's other tokens carry
+    weight), the memory is G3 = sum_i f_i (u_{Pi i} - u_bar)(e_i + s)^T; reading it at the test vector
+    o = o_tok + sh (sh its shared part), mean_bias is the stored trigger read by all of o,
+    (u_k . nu)(s . o), and trigger_key the stored token keys read by sh, sum_i f_i a_ki (e_i . sh):
+    both from the materialised (N, K, d) vectors of `direct_parts`, with and without the EOS key."""
+    from lib.analysis.step3 import centred_step3
+    for eos in (False, True):
+        cfg = lib.TaskConfig(V=12, d=7, L=5, eos_key=eos, dtype="float64", device="cpu")
+        pr = lib.make_problem(cfg, 3)
+        train, test = lib.sample_batch(pr, 300, 3), lib.sample_batch(pr, 40, 3, split="test")
+        ta = attn_of("soft", pr, test, 3)
+        T = centred_step3(pr, decompose(pr, train, test, "oracle", ta), test, ta)
+        _, o_oth, sh, o = direct_parts(pr, test, ta)
+        assert float(o_oth.abs().max()) > 0.1                               # the other tokens are read
+        f = torch.bincount(train.informative, minlength=12).double() / train.N
+        A = pr.U @ (pr.U_perm - pr.u_bar).T                                  # (k, i): a_ki
+        nu = (f - 1 / 12) @ pr.U_perm
+        mb = (pr.U @ nu)[None, :] * (o @ pr.z_trig)[:, None]
+        tk = (sh @ pr.E[:12].T) @ (A * f).T
+        assert rel(T["mean_bias"], mb) < 1e-10 and rel(T["trigger_key"], tk) < 1e-10, eos
+
+
 def test_centred_step3_rejects_a_foreign_test_batch():
     from lib.analysis.step3 import centred_step3
     cfg = lib.TaskConfig(V=6, d=4, L=3, dtype="float64", device="cpu")

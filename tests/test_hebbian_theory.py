@@ -26,6 +26,65 @@ def test_score_variances_match_simulated_memories(n, d):
     assert th["margin_var"] == pytest.approx(6 / d + (2 * n + 5) / d ** 2)
 
 
+@pytest.mark.parametrize("n,d", [(2, 3), (3, 3)])
+def test_wrong_score_variance_is_exact_at_small_n_and_d(n, d):
+    """A wrong label k = Pi x'' of a stored pair scores s_k = sum_j (u_k . u_{Pi j})(e_j . e_x): its own key
+    and the queried pair give 2 (1 + 2/d)/d, the n - 2 other pairs 1/d^2 each, exactly (not only to
+    leading order). Monte Carlo over 500000 memories at small n and d, where the n - 2 term is a
+    tenth of the variance (n = 2: it vanishes), within 5 standard errors of the mean square (about 2.5 %
+    of it; counting one pair more or less moves the variance by 10 %)."""
+    g = torch.Generator().manual_seed(n)
+    R = 500_000
+    U = torch.randn(R, n, d, generator=g, dtype=torch.float64) / d ** 0.5   # u_{Pi j}, Pi = identity
+    E = torch.randn(R, n, d, generator=g, dtype=torch.float64) / d ** 0.5
+    s = ((U[:, 1:2] * U).sum(-1) * (E * E[:, :1]).sum(-1)).sum(1)            # query x = 0, wrong label Pi(1)
+    sq = s * s
+    th = hebbian_score_moments(n, d)
+    assert abs(float(sq.mean()) - th["wrong_var"]) < 5 * float(sq.std()) / R ** 0.5
+
+
+def test_conditional_moments_are_exact_given_the_norms():
+    """Given a = |e_x|^2 = 2 and b = |u_y|^2 = 1/2 (the queried pair drawn with those norms, the rest
+    N(0, I/d)), the correct score has mean a b and variance a b (n - 1)/d^2, and a wrong label k = Pi x''
+    scores (u_k . u_y) a (E = a^2 b/d), |u_k|^2 (e_x'' . e_x) ((1 + 2/d) a/d) and n - 2 others (a/d^2 each),
+    exactly. Monte Carlo over 200000 memories at n = d = 3, each within 5 standard errors (the wrong
+    score's second moment, 2: about 0.06; a^2 in its first term read as 1 would give 1.5)."""
+    g = torch.Generator().manual_seed(0)
+    n, d, a, b, R = 3, 3, 2.0, 0.5, 200_000
+    U = torch.randn(R, n, d, generator=g, dtype=torch.float64) / d ** 0.5     # u_{Pi j}, Pi = identity
+    E = torch.randn(R, n, d, generator=g, dtype=torch.float64) / d ** 0.5
+    U[:, 0] *= (b / (U[:, 0] ** 2).sum(-1, keepdim=True)) ** 0.5               # the queried pair x = 0
+    E[:, 0] *= (a / (E[:, 0] ** 2).sum(-1, keepdim=True)) ** 0.5
+    ee = (E * E[:, :1]).sum(-1)                                                 # e_j . e_x
+    s_y, s_w = ((U[:, :1] * U).sum(-1) * ee).sum(1), ((U[:, 1:2] * U).sum(-1) * ee).sum(1)
+    mean_y, var_y, var_w = hebbian_conditional_moments(n, d, a, b)
+    dev = (s_y - s_y.mean()) ** 2
+    for meas, se, th in ((s_y.mean(), s_y.std(), mean_y), (dev.mean(), dev.std(), var_y),
+                         ((s_w * s_w).mean(), (s_w * s_w).std(), var_w)):
+        assert abs(float(meas) - float(th)) < 5 * float(se) / R ** 0.5, (float(meas), float(th))
+
+
+def test_predicted_accuracy_uses_the_chi2_norms():
+    """The norms a, b ~ chi^2_d / d enter through the Wilson-Hilferty transform of the Gauss-Hermite nodes.
+    Integrating the same conditional model (`hebbian_conditional_moments`) on the same nodes with the
+    exact chi^2 quantiles (scipy) gives the same accuracy to within Wilson-Hilferty's own error (under
+    5e-5 here, 5e-4 allowed) even at d = 4, where the transform's constants matter most."""
+    from scipy import stats
+
+    def exact_norm(g, d):
+        return np.where(g > 0, stats.chi2.isf(stats.norm.sf(g), d), stats.chi2.ppf(stats.norm.cdf(g), d)) / d
+
+    z, w = np.polynomial.hermite_e.hermegauss(32)
+    w = w / w.sum()
+    weight = w[:, None, None] * w[None, :, None] * w[None, None, :]
+    for n, d in ((10, 4), (20, 8), (100, 64)):
+        a = exact_norm(z, d)
+        mean_y, var_y, var_w = hebbian_conditional_moments(n, d, a[:, None, None], a[None, :, None])
+        s_y = mean_y + np.sqrt(var_y) * z[None, None, :]
+        p = torch.special.ndtr(torch.as_tensor(s_y / np.sqrt(var_w))).numpy()
+        assert abs(hebbian_predicted_accuracy(n, d) - float((weight * p ** (n - 1)).sum())) < 5e-4, (n, d)
+
+
 def test_conditional_model_averages_back_to_the_unconditional_variances():
     n, d = 50, 24
     g = np.random.default_rng(0)

@@ -85,6 +85,17 @@ def test_coverage_nstar_solves_the_bound_and_lower_bounds_the_exact_one():
     assert lb.coverage_nstar(4, 0.2) == 0.0                       # t <= 1/V: nothing needed
 
 
+def test_coverage_nstars_at_the_least_vocabulary():
+    """V = 2, the least V the N* functions accept, by hand: the bound 1 - 2^-N + 1/2 = 0.99 at
+    N = log2(1/0.51); exactly, N = 0 leaves accuracy 1/2 (a guess) and N = 1 gives 1 (one token seen,
+    the other's label forced), so the exact N* is 1. V = 1 is refused, naming V."""
+    assert lb.coverage_nstar(2, 0.99) == pytest.approx(math.log2(1 / 0.51), rel=1e-12)
+    assert lb.coverage_exact_nstar(2, 0.99) == 1
+    for f in (lb.coverage_nstar, lb.coverage_exact_nstar):
+        with pytest.raises(ValueError, match="V"):
+            f(1, 0.99)
+
+
 def test_bayes_accuracy_of_seen_counts():
     assert lb.bayes_accuracy(torch.tensor([1.0, 0.0, 2.0, 0.0])) == pytest.approx(2 / 4 + 1 / 4)
     assert lb.bayes_accuracy(torch.tensor([1.0, 0.0, 2.0])) == 1.0   # V - 1 seen: the last label is forced
@@ -106,6 +117,22 @@ def test_g1_from_counts_equals_the_first_step(tiv):
     direct = (p.U[b.labels] - p.u_bar).T @ v.mean(1) / b.N
     assert torch.allclose(G1, direct, rtol=1e-12, atol=1e-14)
     assert torch.equal(n, torch.bincount(b.informative, minlength=cfg.V).double())
+
+
+@pytest.mark.parametrize("tiv", [True, False])
+def test_g1_from_counts_at_one_sample(tiv):
+    """N = 1, the least N it accepts: one sample's G1 is (u_y - u_bar) obar^T, obar the mean of its
+    values (its tokens' embeddings, and z / L with the trigger in the value path), as in the first
+    step; N = 0 is refused, naming N."""
+    cfg = small_cfg(V=9, d=6, L=5, trigger_in_value=tiv)
+    p = lib.make_problem(cfg, 4)
+    b = lib.sample_batch(p, 1, 4)
+    C, _ = lb.cooccurrence(p, b)
+    obar = p.E[b.tokens[0].long()].mean(0) + (p.z_trig / cfg.L if tiv else 0)
+    direct = torch.outer(p.U[b.labels[0]] - p.u_bar, obar)
+    assert torch.allclose(lb.g1_from_counts(p, C, 1), direct, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="N"):
+        lb.g1_from_counts(p, C, 0)
 
 
 def test_cooccurrence_forgets_positions():

@@ -42,8 +42,25 @@ def test_rows_count_permutations_one_map_serves():
     assert [s for *_, s in rows] == [1, 3, 6, 6, 30] and math.isinf(rows[-1][2])
     with pytest.raises(ValueError, match="brute_force"):
         permutation_bit_rows(brute_force=(9,))
+    # the ends of the brute-force range: V = 1 (one map, one permutation: 0 bits, one served at k = 0, 1)
+    # is accepted; V = 0 and V = 7 (past enumerated_bits' 6) are refused by this guard, naming it
+    assert permutation_bit_rows(brute_force=(1,), counted=()) == [(1, 0, 0.0, 1), (1, 1, 0.0, 1)]
+    for v in (0, 7):
+        with pytest.raises(ValueError, match="brute_force"):
+            permutation_bit_rows(brute_force=(v,), counted=())
     with pytest.raises(ValueError, match="counted"):
         permutation_bit_rows(counted=((3, 4),))
+
+
+def test_default_rows_enumerate_v4_and_v5_and_count_four_pairs():
+    """The default table: every k at V = 4 and 5 by enumeration (log2 V! bits at k = 0, none at k = V), then
+    (6, 2), (7, 3), (8, 1), (8, 5) by the count V!/(V - k)! of the ordered choices (30, 210, 8, 6720)."""
+    rows = permutation_bit_rows()
+    assert [(V, k) for V, k, _, _ in rows] == [(4, k) for k in range(5)] + [(5, k) for k in range(6)] + \
+        [(6, 2), (7, 3), (8, 1), (8, 5)]
+    assert rows[0][2] == pytest.approx(math.log2(24)) and rows[5][2] == pytest.approx(math.log2(120))
+    assert rows[4][2] == pytest.approx(0.0) and rows[10][2] == pytest.approx(0.0)
+    assert [s for *_, s in rows[-4:]] == [30, 210, 8, 6720] and all(math.isinf(r[2]) for r in rows[-4:])
 
 
 def test_lookup_guesses_are_right_on_seen_tokens_and_reproducible():
@@ -71,3 +88,14 @@ def test_attention_grid_matches_single_calls_and_marks_unreached_as_nan():
         attention_nstar_grid(cfgs, 0)
     with pytest.raises(ValueError, match="configs"):
         attention_nstar_grid([], 1)
+
+
+def test_attention_grid_reaches_two_to_the_fifteen_by_default(monkeypatch):
+    """Chapter 9's grid runs up to N = 2^15 (its text says so, and it calls the grid with the default):
+    every call gets n_max = 2^15 and n_min = 1 unless told otherwise."""
+    import lib.analysis.margins as margins
+    calls = []
+    monkeypatch.setattr(margins, "measured_attention_nstar", lambda c, **kw: calls.append(kw) or 64.0)
+    out = attention_nstar_grid([lib.TaskConfig(V=32, d=16, L=8, device="cpu")], 2)
+    assert out.shape == (2, 1) and (out == 64.0).all()
+    assert [(k["n_min"], k["n_max"]) for k in calls] == [(1, 2 ** 15)] * 2

@@ -102,6 +102,17 @@ def test_simulated_noise_is_above_the_floor(moments):
     assert lp.member_noise(m, N, *tot["best"]) == pytest.approx(floor, rel=1e-9)   # the best member attains it
 
 
+def test_even_members_totals_count_their_pairs():
+    """EVEN's totals (A, B) are the pair counts of its members' V-statistics, counted over the ordered pairs
+    (n, m) of N samples: the three steps take all of them (A distinct pairs, B = N self-pairs), no_self the
+    distinct ones only."""
+    import itertools
+    for N in (2, 5, 37):
+        pairs = list(itertools.product(range(N), repeat=2))
+        distinct, own = sum(n != m for n, m in pairs), sum(n == m for n, m in pairs)
+        assert lp.EVEN["three"](N) == (distinct, own) and lp.EVEN["no_self"](N) == (distinct, 0)
+
+
 def test_a_negative_total_is_the_negation(moments):
     _, m = moments
     for N, A, B in ((16, 3.0, 0.5), (200, 1.0, 0.0), (5, 0.0, 2.0)):

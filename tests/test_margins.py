@@ -205,6 +205,15 @@ def test_predicted_attention_nstar_solves_the_snr_condition_and_matches_measurem
     assert abs(log_ratio) < theory.t_quantile(0.975, problems - 1) * sigma / problems ** 0.5, (measured, n)
 
 
+def test_population_wall_at_two_positions_is_twice_the_squared_normal_quantile():
+    """At L = 2 the attention accuracy is P(X0 + r > X1) = Phi(r / sqrt 2), so r* = sqrt 2 Phi^-1(t) and the
+    population wall d >= r*^2 is 2 Phi^-1(t)^2 (3.28 at t = 0.9, 10.82 at t = 0.99)."""
+    from statistics import NormalDist
+    for t in (0.9, 0.99):
+        q = NormalDist().inv_cdf(t)
+        assert theory.population_min_d(2, t) == pytest.approx(2 * q * q, rel=1e-9)
+
+
 def test_arguments_are_validated():
     problem, res = trained_k(N=100)
     with pytest.raises(ValueError, match="k must"):

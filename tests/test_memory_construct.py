@@ -13,6 +13,16 @@ from lib.theory import (capacity_from_constant, fit_constant, fit_power_law, inn
                         predicted_coherence)
 
 
+def test_predicted_coherence_counts_the_pairs():
+    """sqrt(2 log M / d) with M the number of distinct pairs of V vectors, counted by enumeration; with one
+    pair (V = 2) the mean |overlap| of one N(0, 1/d) variable, sqrt(2 / (pi d))."""
+    import itertools
+    for V, d in ((3, 16), (10, 64), (500, 64)):
+        M = sum(1 for _ in itertools.combinations(range(V), 2))
+        assert predicted_coherence(V, d) == pytest.approx(math.sqrt(2 * math.log(M) / d), rel=1e-12)
+    assert predicted_coherence(2, 8) == pytest.approx(math.sqrt(2 / (math.pi * 8)), rel=1e-12)
+
+
 def test_orthogonal_memory_is_exact():
     mem = make_memory(32, 32, "orthogonal", dtype="float64", device="cpu")
     assert recall_accuracy(mem, hebbian(mem)) == 1.0

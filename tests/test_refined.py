@@ -95,6 +95,31 @@ def test_nstar_row_reads_the_curve():
     assert refined.nstar_table([row], 4).startswith("\n V    d")
 
 
+def test_nstar_row_reads_mean_and_three_standard_errors(monkeypatch):
+    """On a curve given by hand (mean, s.e. per grid N): the first N where the mean reaches 0.99 is the
+    4th grid point, mean + 3 s.e. the 3rd, mean - 3 s.e. the 5th; a curve whose lower end never reaches
+    gives None there."""
+    seen = {}
+
+    def curve(cfg, Ns, problems):
+        seen["Ns"] = list(Ns)
+        mean = np.array([0.95, 0.97, 0.985, 0.992, 0.997] + [0.999] * (len(Ns) - 5))
+        return mean, np.full(len(Ns), 0.002)
+
+    monkeypatch.setattr(refined, "refined_memory_nstar", lambda *a, **k: 1000)
+    monkeypatch.setattr(refined, "oracle_memory_curve", curve)
+    V, d, tiv, p, m, lo, hi, m_last, N_last = refined.nstar_row(16, 32, True, 4)
+    Ns = seen["Ns"]
+    assert (p, m, lo, hi, N_last, m_last) == (1000, Ns[3], Ns[2], Ns[4], Ns[-1], 0.999)
+
+    def low(cfg, Ns, problems):
+        return np.full(len(Ns), 0.991), np.full(len(Ns), 0.002)
+
+    monkeypatch.setattr(refined, "oracle_memory_curve", low)
+    _, _, _, _, m, lo, hi, _, _ = refined.nstar_row(16, 32, True, 4)
+    assert (m, lo, hi) == (Ns[0], Ns[0], None)
+
+
 def test_agreement_with_limit_at_the_default_step_sizes_is_total():
     p = lib.make_problem(lib.TaskConfig(V=16, d=32, L=4, device="cpu"), 0)
     tr, te = lib.sample_batch(p, 512, 0), lib.sample_batch(p, 128, 0, split="test")

@@ -141,6 +141,17 @@ def test_nstar_fit_leaves_out_problems_that_never_reach():
         step2.nstar_fit(128, "L", x, np.full((4, 6), np.inf), pred, d=128)
 
 
+def test_nstar_fit_range_includes_its_boundary():
+    """The fit range is where pred >= beta/2, the boundary included. beta = V (1 + (L - 1)/d) - 1 by hand
+    at V = 64, L = 8: 91, 77, 70, 66.5, 64.75 at d = 16, 32, 64, 128, 256 (exact in binary). pred sits
+    exactly on beta/2 at d = 16 (in the range) and just below it at d = 256 (out of it)."""
+    x = np.array([16.0, 32.0, 64.0, 128.0, 256.0])
+    pred = np.array([91 / 2, 500.0, 250.0, 125.0, 64.75 / 2 - 1e-9])
+    nstar = pred[:, None] * np.exp(np.random.default_rng(2).normal(0, 0.1, (5, 4)))
+    v = step2.nstar_fit(64, "d", x, nstar, pred, L=8)
+    assert v["fit"].tolist() == [True, True, True, True, False]
+
+
 def test_finite_sweeps_run():
     pr = lib.make_problem(lib.TaskConfig(V=16, d=32, L=4, device="cpu"), 0)
     bat, test = lib.sample_batch(pr, 256, 0), lib.sample_batch(pr, 64, 0, "test")

@@ -45,6 +45,31 @@ def test_step1_term_moments_match_simulation():
             assert float(o.abs().max()) == 0.0
 
 
+def test_step1_other_tokens_mean_and_variance_per_problem():
+    """The other tokens' term at L = 16, where it is large: its mean, (L - 1)/V from the test's other tokens
+    plus L (L - 1)/V from the memory's (units 1/(V L^2)), at and off the label, within 5 standard errors
+    across 32 problems (about 1.2, against 15 for the memory's part at the opposite sign); its variance
+    (the two parts' covariance (L - 1)^2 f (L/(V d) + 1/d^2) included) within the sd ratio 0.8..1.25 of
+    `test_step1_term_moments_match_simulation` (measured 0.99; (L - 1)^3 in the covariance gives 1.5)."""
+    V, d, L, N, n_test, P = 32, 128, 16, 2048, 400, 32
+    unit = theory.step1_signal_unit(V, L)
+    mean, var = {"at": [], "off": []}, {"at": [], "off": []}
+    for s in range(P):
+        p = lib.make_problem(lib.TaskConfig(V=V, d=d, L=L, dtype="float64", device="cpu"), s)
+        dec = decompose(p, lib.sample_batch(p, N, s), lib.sample_batch(p, n_test, s, "test"))
+        t = dec.grouped("step1")["other_tokens"] / unit
+        keep = torch.ones(n_test, V, dtype=torch.bool)
+        keep[torch.arange(n_test), dec.labels] = False
+        for k, x in (("at", t.gather(1, dec.labels[:, None])[:, 0]), ("off", t[keep])):
+            mean[k].append(float(x.mean()))
+            var[k].append(float(x.var()))
+    pred = theory.step1_term_moments(N, d, L, V)["other_tokens"]
+    for k in ("at", "off"):
+        m = torch.tensor(mean[k])
+        assert abs(float(m.mean()) - pred["mean_" + k]) < 5 * float(m.std()) / P ** 0.5, k
+        assert 0.8 < (sum(var[k]) / P / pred["var_" + k]) ** 0.5 < 1.25, k
+
+
 def _rows(A, idx):
     """A (S, V, ...) indexed per problem by idx (S, ...): A[s, idx[s, ...]]."""
     return A[torch.arange(A.shape[0]).view(-1, *[1] * (idx.dim() - 1)), idx]
@@ -199,6 +224,24 @@ def test_step1_term_moments_validate_and_scale():
     # cross-talk variance falls about like 1/d^2 when d < V, the signal's like 1/d (N -> infinity)
     assert 8 < a["crosstalk"]["var_off"] / b["crosstalk"]["var_off"] < 16
     assert 3.5 < a["signal"]["var_at"] / b["signal"]["var_at"] < 4.2
+
+
+def test_step1_formulas_accept_their_least_arguments():
+    """The least arguments each guard admits run, with values by hand: at L = 1 a sequence has no other
+    token, so the other-tokens term is 0 (mean and variance); the trigger key at L = V = 2 is
+    (1 - 1/2)(1 - 1/2)/(2 * 4) = 1/32, and with N = d = 1 it gains 1 + beta/N, beta = 2(1 + 1/1) - 1 = 3.
+    One below each least value is refused, naming the parameter."""
+    m = theory.step1_term_moments(1, 1, 1, 2)
+    assert all(m["other_tokens"][k] == 0.0 for k in ("mean_at", "var_at", "mean_off", "var_off"))
+    assert m["signal"]["mean_at"] == 1.0 and all(math.isfinite(v) for t in m.values() for v in t.values())
+    for args, name in (((0, 1, 1, 2), "N"), ((1, 0, 1, 2), "d"), ((1, 1, 0, 2), "L"), ((1, 1, 1, 1), "V")):
+        with pytest.raises(ValueError, match=name):
+            theory.step1_term_moments(*args)
+    assert theory.step1_trigger_key(2, 2) == pytest.approx(1 / 32, rel=1e-15)
+    assert theory.step1_trigger_key(2, 2, N=1, d=1) == pytest.approx(4 / 32, rel=1e-15)
+    for args, name in (((1, 2), "L"), ((2, 1), "V")):
+        with pytest.raises(ValueError, match=name):
+            theory.step1_trigger_key(*args)
 
 
 def test_bag_accuracy_matches_orthogonal_step1_model():

@@ -36,11 +36,64 @@ def test_term_variances_match_the_predicted_moments_over_seeds():
         ratios["mean_bias"].append(float(T["mean_bias"][keep].var()) / m["mean_bias"])
         ratios["finite_sample"].append(float(at["finite_sample"].var()) / m["finite_sample"])
         assert abs(float(at["signal"].mean()) * V - 1) < 0.1
+        assert abs(float(at["signal"].mean()) / m["signal_mean"] - 1) < 0.1     # the library's mean, 1/V
     for name, r in ratios.items():
         mean = sum(r) / len(r)
         # shared terms (one value per label and problem) fluctuate ~30 % from seed to seed
         lo, hi = (0.7, 1.4) if name in ("trigger_key", "mean_bias") else (0.8, 1.25)
         assert lo < mean < hi, (name, r)
+
+
+def test_term_moments_are_exact_for_uncentred_label_vectors():
+    """The moments are exact second moments once the -u_bar parts of the cross-talk and trigger-key label
+    vectors are left out (that is the leading order): with Pi = identity, input x = 0 (label y = 0), a wrong
+    label k = 1, counts f ~ Multinomial(N, 1/V) / N (r = V^2 E f_i^2, q = Var f_i) and |s|^2 = s2 = 1,
+        crosstalk      sum_i f_i (u_k . u_i)(e_i . e_x)   (its own key i = k and i = x: 2 (1 + 2/d)/d, the
+        crosstalk_y    sum_{i != x} f_i (u_y . u_i)(e_i . e_x)        V - 2 others (V - 2)/d^2, times r/V^2)
+        trigger_key    sum_i f_i (u_k . u_i)(e_i . s)
+        mean_bias      (u_k . nu)(s2 + s . e_x),  nu = sum_i (f_i - 1/V) u_i   (exactly centred)
+        finite_sample  (f_x - 1/V) |u_y|^2 |e_x|^2.
+    Monte Carlo over 200000 draws of U, E and the counts at V = 4, d = 3, N = 8 (where V - 2, V + 1 and the
+    O(1/d^2) parts are large), each within 5 standard errors of the mean of the square (4 to 8 % of it;
+    V + 2 for V - 2 in crosstalk is 33 % higher, V - 1 for V + 1 in mean_bias 25 % lower)."""
+    g = torch.Generator().manual_seed(0)
+    V, d, N, R = 4, 3, 8, 200_000
+    U = torch.randn(R, V, d, generator=g, dtype=torch.float64) / d ** 0.5
+    E = torch.randn(R, V, d, generator=g, dtype=torch.float64) / d ** 0.5
+    f = torch.zeros(R, V, dtype=torch.float64).scatter_add_(
+        1, torch.randint(V, (R, N), generator=g), torch.ones(R, N, dtype=torch.float64)) / N
+    s = torch.zeros(d, dtype=torch.float64)
+    s[0] = 1.0
+    ee, es = (E * E[:, :1]).sum(-1), E @ s                          # (R, V): e_i . e_x, e_i . s
+    uk, uy = (U * U[:, 1:2]).sum(-1), (U * U[:, :1]).sum(-1)         # u_k . u_i, u_y . u_i
+    sums = {"crosstalk": (f * uk * ee).sum(1), "crosstalk_y": (f * uy * ee)[:, 1:].sum(1),
+            "trigger_key": (f * uk * es).sum(1), "mean_bias": ((f - 1 / V) * uk).sum(1) * (1 + es[:, 0]),
+            "finite_sample": (f[:, 0] - 1 / V) * uy[:, 0] * ee[:, 0]}
+    m = refined_memory_moments(V, d, N, 1.0)
+    for name, x in sums.items():
+        sq = x * x
+        assert abs(float(sq.mean()) - m[name]) < 5 * float(sq.std()) / R ** 0.5, name
+
+
+def test_key_norm_quadrature_has_the_chi2_moments():
+    """The 16-node quadrature of a = |e_x|^2 ~ chi^2_d / d that `refined_memory_accuracy` integrates over
+    gives its first two moments, E a = 1 and E a^2 = 1 + 2/d, at the dimensions of the chapter (d >= 64;
+    the errors there are at most 4e-5 and 9e-5, against 2e-4 and 5e-4 allowed), weights summing to 1."""
+    from lib.theory.ch06_refined_memory import _ex_norm_grid
+    for d in (64, 128, 256, 1024):
+        a, w = _ex_norm_grid(d, 16)
+        assert abs(float(w.sum()) - 1) < 1e-12 and float(a.min()) > 0
+        assert abs(float((w * a).sum()) - 1) < 2e-4, d
+        assert abs(float((w * a * a).sum()) - (1 + 2 / d)) < 5e-4, d
+
+
+def test_predicted_accuracy_matches_the_exact_memory_in_the_mean_bias_regime():
+    """With the trigger in the value path at tau = 2 (s2 = |s|^2 = 4) the mean bias dominates the wrong
+    logits' spread: the predicted accuracy at V = d = 32, N = 16000 (0.31) against the exact oracle
+    memory's mean over 100 problems, within the heuristic's 0.05 of chapter 6 plus 3 standard errors."""
+    cfg = lib.TaskConfig(V=32, d=32, L=4, trigger_in_value=True, tau=2.0, device="cpu")
+    (m,), (e,) = oracle_memory_curve(cfg, [16000], 100)
+    assert abs(refined_memory_accuracy(32, 32, 16000, 4.0) - m) < 0.05 + 3 * e, (m, e)
 
 
 def test_oracle_memory_accuracy_equals_the_decomposed_logits():
@@ -126,6 +179,21 @@ def test_the_accuracy_reads_the_moments_it_is_built_on(term, monkeypatch):
     monkeypatch.setattr(ch6, "refined_memory_moments",
                         lambda *a: {k: v * (2 if k == term else 1) for k, v in real(*a).items()})
     assert ch6.refined_memory_accuracy(128, 64, 2000, 1.0) < base - 1e-3
+
+
+def test_the_mean_bias_given_the_mean_key_norm_is_the_unconditional_one(monkeypatch):
+    """The accuracy conditions the mean bias on a = |e_x|^2: its factor s2^2 + s2/d becomes s2^2 + s2 a/d,
+    which at a = E a = 1 is the unconditional moment whatever s2. With every norm fixed at 1 (a one-node
+    quadrature) and the moments held fixed (a mean bias included), the accuracy at N = inf (where s2
+    enters nowhere else) is then the same for every s2."""
+    import lib.theory.ch06_refined_memory as ch6
+    fixed = ch6.refined_memory_moments(64, 64, 500, 1.0)
+    assert fixed["mean_bias"] > 0
+    one = torch.ones(1, dtype=torch.float64)
+    monkeypatch.setattr(ch6, "_ex_norm_grid", lambda d, nodes=48: (one, one))
+    monkeypatch.setattr(ch6, "refined_memory_moments", lambda *a: dict(fixed))
+    accs = [ch6.refined_memory_accuracy(64, 64, math.inf, s2) for s2 in (0.25, 1.0, 4.0)]
+    assert max(accs) - min(accs) < 1e-12 and 0.05 < accs[0] < 0.95, accs
 
 
 def test_the_limit_moments_are_the_large_n_moments():

@@ -133,6 +133,41 @@ def test_shifted_kernel_coefficients_reassemble_the_kernel():
     assert np.allclose(T.shifted_kernel_coefficients("he3", 0.5)[:4], [1 / 8, 3 / 8, 3 / 8, 1 / 8])
 
 
+def test_sphere_cosine_nodes_at_their_least_arguments():
+    """d = 2 and nodes = 8, the least each guard admits: on the circle delta = cos(theta), theta uniform on
+    [0, pi], so E delta = 0 and E delta^2 = 1/d = 1/2 (uniform directions in R^d); one below each least
+    value is refused, naming it."""
+    delta, w = T.sphere_cosine_nodes(2, 8)
+    assert delta.shape == w.shape == (8,) and abs(w.sum() - 1) < 1e-12
+    assert abs((w * delta).sum()) < 1e-12 and abs((w * delta ** 2).sum() - 0.5) < 1e-9
+    for args, name in (((1, 8), "d"), ((2, 7), "nodes")):
+        with pytest.raises(ValueError, match=name):
+            T.sphere_cosine_nodes(*args)
+
+
+def test_relu_kernel_is_the_arc_cosine_kernel_within_its_truncation():
+    """E[relu(g) relu(g')] for correlation rho is the arc-cosine kernel (Cho and Saul 2009),
+    (sqrt(1 - rho^2) + (pi - arccos rho) rho) / (2 pi): 1/2 at rho = 1 and 0 at rho = -1. mlp_kernel
+    keeps the Hermite series to k = 12 and puts the rest, tail = E sigma^2 - sum_k a_k^2 (about 1e-3), on
+    rho^14; relu's a_k vanish for odd k > 1, so its error is at most tail rho^14 and none at rho = +-1.
+    The centred ReLU's kernel is the same less the squared mean 1/(2 pi)."""
+    rho = np.array([-1.0, -0.9, -0.5, 0.0, 0.3, 0.7, 0.95, 1.0])
+    arc = (np.sqrt(1 - rho ** 2) + (math.pi - np.arccos(rho)) * rho) / (2 * math.pi)
+    tail = 0.5 - sum(float(a) ** 2 for a in T.hermite_coefficients("relu", kmax=12))
+    assert 0 < tail < 2e-3
+    for act, ref in (("relu", arc), ("centred_relu", arc - 1 / (2 * math.pi))):
+        assert np.all(np.abs(T.mlp_kernel(act, rho) - ref) <= tail * rho ** 14 + 1e-12), act
+    assert abs(float(T.mlp_kernel("relu", 1.0)) - 0.5) < 1e-12 and abs(float(T.mlp_kernel("relu", -1.0))) < 1e-12
+
+
+def test_shifted_kernel_coefficients_default_to_mlp_kernels_truncation():
+    """j = 0..kmax with the default kmax = 12 of `mlp_kernel`: 13 coefficients, the same as asking for
+    kmax = 12."""
+    for act in ("he3", "relu"):
+        b = T.shifted_kernel_coefficients(act, 0.3)
+        assert b.shape == (13,) and np.array_equal(b, T.shifted_kernel_coefficients(act, 0.3, kmax=12))
+
+
 def test_signal_variance_of_he2_is_14_over_m():
     for m in (1, 10, 300):
         assert abs(T.mlp_signal_variance(m, "he2") - 14 / m) < 1e-9
@@ -147,6 +182,17 @@ def test_predicted_accuracy_grows_with_width_and_samples_and_respects_coverage()
     assert T.mlp_predicted_nstar(128, 64, 1024) < T.mlp_predicted_nstar(128, 64, 512)
     assert math.isinf(T.mlp_predicted_min_width(128, 64, "relu"))        # ReLU: no width reaches 0.99
     assert 100 < T.mlp_predicted_min_width(128, 64, "he3") < 2000
+
+
+def test_min_width_searches_down_to_a_single_unit():
+    """m_max = 1, the least it admits: the search is over the one width m = 1, so the answer is 1 where
+    the predicted accuracy at m = 1 reaches the threshold and inf where it does not; m_max = 0 is
+    refused, naming it."""
+    for V, t in ((8, 0.99), (2, 0.4)):
+        reach = T.mlp_predicted_accuracy(V, 8, 1, math.inf, "he3") >= t
+        assert T.mlp_predicted_min_width(V, 8, threshold=t, m_max=1) == (1.0 if reach else math.inf)
+    with pytest.raises(ValueError, match="m_max"):
+        T.mlp_predicted_min_width(8, 8, m_max=0)
 
 
 def test_population_recall_is_exact_for_orthogonal_embeddings_and_fails_for_small_d():
