@@ -160,6 +160,14 @@ return Array.from(document.images).map(img => ({src: img.getAttribute('src'),
   complete: img.complete, width: img.naturalWidth}));
 """
 
+# The notebook cells' code and output blocks wider than the column they sit in (a reader would scroll them
+# sideways): each one's longest line.
+WIDE_BLOCKS = r"""
+return Array.from(document.querySelectorAll('div.cell pre'))
+  .filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => p.textContent.split('\n').reduce((a, b) => a.length >= b.length ? a : b, '').slice(0, 100));
+"""
+
 # For each dropdown admonition: is its body hidden before, and visible after a click on its title?
 DROPDOWNS = "return Array.from(document.querySelectorAll('.admonition.dropdown'));"
 BODY_VISIBLE = r"""
@@ -222,6 +230,10 @@ def test_page_in_offline_browser(server, browser, page):
     broken = [img["src"] for img in images if not (img["complete"] and img["width"] > 0)]
     if broken:
         problems.append(f"{len(broken)} of {len(images)} images did not load: {broken[:5]}")
+
+    wide = browser.execute_script(WIDE_BLOCKS)
+    if wide:
+        problems.append(f"{len(wide)} code or output blocks scroll sideways at 1280 px, e.g. {wide[:2]}")
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     full_page_screenshot(browser, SCREENSHOTS / (page.replace("/", "__")[:-len(".html")] + ".png"))
