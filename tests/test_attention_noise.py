@@ -133,6 +133,16 @@ def test_fluctuating_snr_at_one_dimension():
         theory.attention_snr_fluct(10.0, 32, 0, 8, 0.5)
 
 
+def test_batch_check_measures_in_the_formulas_units():
+    """batch_check's measured token-score noise of 60 simulated batches (N = 64) against the formula it
+    reports, both in units mu_inf^2 / |z|^2: within 4 standard errors of the batches' mean plus 5 %, as in
+    `test_variance_against_batches` (mu_inf is about 4e-4 here, so any other power of it is far off)."""
+    pr = problem(32, 16, 8, 2)
+    r = k_noise.batch_check(pr, k_noise.k_noise_moments(pr, samples=4000, seed=3), 64, batches=60)
+    m = r["measured"]
+    assert abs(m.mean() - r["pred"]) < 4 * m.std(ddof=1) / len(m) ** 0.5 + 0.05 * r["pred"], (m.mean(), r["pred"])
+
+
 def test_validation():
     pr = problem(16, 8, 4)
     with pytest.raises(ValueError, match="N"):

@@ -226,6 +226,16 @@ def test_leakage_matches_projected_planted_tables():
     assert lb.leakage(32, 32) == (0.0, 0.0)
 
 
+def test_leakage_rival_is_its_closed_form_down_to_two_tokens():
+    """The rival entry's two single leaks and V - 2 double leaks sum to (V - d)(V + d)/(V d^2) (the docstring's
+    total), down to V = 2, the least V: (1.5 at d = 1, none at d = 2); V = 1 is refused, naming V."""
+    for V, d in ((2, 1), (3, 1), (64, 40), (1000, 7)):
+        assert lb.leakage(V, d)[0] == pytest.approx((V - d) * (V + d) / (V * d * d), rel=1e-12)
+    assert lb.leakage(2, 2) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="V"):
+        lb.leakage(1, 1)
+
+
 def test_g1_point_ratio_formula():
     V, d, L, N = 64, 40, 32, 5000.0
     assert lb.g1_inverse_snr2(N, V, d, L) == pytest.approx(31 * (64 / 40) ** 2 / N + 24 * 104 / (64 * 1600))

@@ -214,6 +214,24 @@ def test_population_wall_at_two_positions_is_twice_the_squared_normal_quantile()
         assert theory.population_min_d(2, t) == pytest.approx(2 * q * q, rel=1e-9)
 
 
+def test_attention_snr_names_a_zero_sample_size():
+    """N = 0 (not positive) is refused by a ValueError that names N and quotes the value, as N < 0 is."""
+    for N, shown in ((0, "0.0"), (np.array([4.0, 0.0]), "0.0"), (-3, "-3.0")):
+        with pytest.raises(ValueError, match=f"N must.*got {shown}"):
+            theory.attention_snr(N, 8, 4, 4)
+
+
+def test_measured_nstar_grid_stops_at_n_max():
+    """The grid runs from n_min to n_max and no further: on a problem where 8 samples are the first grid
+    point to reach 0.9 (searched up to 64), the search up to n_max = 7 finds nothing (inf), not 8, and
+    every N* it reports lies within [n_min, n_max]."""
+    cfg = lib.TaskConfig(V=16, d=16, L=4, device="cpu")
+    assert margins.measured_attention_nstar(cfg, 2, 0.9, n_min=1, n_max=64) == 8
+    assert math.isinf(margins.measured_attention_nstar(cfg, 2, 0.9, n_min=1, n_max=7))
+    for n_max in (9, 12, 13):
+        assert 1 <= margins.measured_attention_nstar(cfg, 2, 0.9, n_min=1, n_max=n_max) <= n_max
+
+
 def test_arguments_are_validated():
     problem, res = trained_k(N=100)
     with pytest.raises(ValueError, match="k must"):

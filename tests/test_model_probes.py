@@ -88,6 +88,12 @@ def test_attention_gradient_sweep_is_proportional_to_eta_while_the_softmax_is_un
             attention_gradient_sweep(*args)
 
 
+def test_attention_gradient_sweep_refuses_a_zero_step():
+    """The step sizes must be positive: a zero among them is refused, naming etas."""
+    with pytest.raises(ValueError, match="etas"):
+        attention_gradient_sweep("attn", [0.0, 1e-3], 2)
+
+
 def test_linear_coefficient_figure_draws_the_curve_and_every_series():
     import matplotlib
     matplotlib.use("Agg")

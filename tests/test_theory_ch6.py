@@ -126,6 +126,16 @@ def test_predicted_accuracy_matches_the_exact_memory_over_many_problems():
         oracle_memory_curve(cfg, [10], 1)
 
 
+def test_oracle_memory_curve_takes_a_single_sample():
+    """N = 1, the least N: one sample stores one pair, and the accuracy over the V tokens is a fraction of
+    V; N = 0 is refused, naming N."""
+    cfg = lib.TaskConfig(V=8, d=16, L=4, trigger_in_value=False, device="cpu")
+    mean, se = oracle_memory_curve(cfg, [1], 2)
+    assert mean.shape == se.shape == (1,) and 0 <= mean[0] <= 1 and (mean[0] * 8 * 2) % 1 == 0
+    with pytest.raises(ValueError, match="N"):
+        oracle_memory_curve(cfg, [0], 2)
+
+
 def test_plateau_nstar_and_monotonicity():
     assert refined_memory_accuracy(128, 64, math.inf, 1.0) < refined_memory_accuracy(128, 64, math.inf, 0.0) < 0.99
     assert refined_memory_nstar(128, 64, 0.0) is None                     # beyond the one-step capacity

@@ -230,6 +230,14 @@ def test_chapter8_functions_reject_bad_arguments(call):
         call()
 
 
+def test_mlp_signal_quantiles_mean_one_at_a_width_between_chunks():
+    """kappa_xx / K1 is a mean of m i.i.d. sigma(g)^2 / K1, so its mean is 1 at any m, also at m = 300,
+    which the sampler draws as 256 + 44 units: the quantiles' mean within 0.05 of 1 (the sample mean's
+    sd is sqrt(92 / (m draws)) = 0.009 for He3)."""
+    q = T.mlp_signal_quantiles(300, "he3")
+    assert abs(q.mean() - 1) < 0.05
+
+
 def test_mlp_signal_quantiles_true_law():
     # the sampled true law of kappa_xx / K1: mean 1, variance 92 / m (He3) once the upper tail is
     # resolved, and a lower tail far lighter than the Gamma stand-in's at small m
