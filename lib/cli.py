@@ -214,6 +214,11 @@ def _strict(point: dict, mode: str) -> dict:
     return point
 
 
+def _progress_on(a) -> bool:
+    """--progress / --no-progress, or by default whether stderr is a terminal (sweep, nstar and train)."""
+    return sys.stderr.isatty() if a.progress is None else a.progress
+
+
 class SearchProgress:
     """Progress of an N* search, one line per evaluated N on `out`: its accuracy, whether it reached the
     threshold, the elapsed time and an ETA. While the search doubles, the number of evaluations left is
@@ -265,7 +270,7 @@ class SeedProgress:
 def _sweep(a) -> None:
     ms = a.m if a.m is not None else [None]
     configs = [_config(a, V, d, L, m) for V in a.V for d in a.d for L in a.L for m in ms]
-    progress = sys.stderr.isatty() if a.progress is None else a.progress
+    progress = _progress_on(a)
 
     def show(_, p):                            # each point the moment it finishes: kept if a later one fails
         if a.json:
@@ -303,7 +308,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         if a.command == "train":
-            progress = sys.stderr.isatty() if a.progress is None else a.progress
+            progress = _progress_on(a)
             res = run(_config(a), a.N, mode=a.mode, seeds=a.seeds, seed=a.seed, n_test=a.n_test,
                       step_sizes=_step_sizes(a), on_seed=SeedProgress(a.seeds) if progress else None)
             elapsed = time.perf_counter() - t0
@@ -326,7 +331,7 @@ def main(argv=None) -> int:
         elif a.command == "sweep":
             _sweep(a)
         else:
-            progress = sys.stderr.isatty() if a.progress is None else a.progress
+            progress = _progress_on(a)
             res = nstar(_config(a), a.threshold, seeds=a.seeds, seed=a.seed, n_min=a.n_min, n_max=a.n_max,
                         mode=a.mode, n_test=a.n_test, resolution=a.resolution, step_sizes=_step_sizes(a),
                         cache=a.cache, on_point=SearchProgress(a.threshold, a.resolution) if progress else None)
