@@ -158,3 +158,18 @@ def test_a_figure_page_and_an_equation_page_render(pdf, pages):
         record("pdf", f"{name} page: {page} ({path.relative_to(ROOT)}, gray mean {mean:.0f}, std {std:.0f})")
         # a blank page is uniform (std 0); a page of text and a figure varies strongly
         assert std > 20 and mean < 250, f"page {page} of {pdf} renders blank ({path}: mean {mean:.0f}, std {std:.0f})"
+
+
+# the least paper a word leaves at the right edge: the text block ends an inch in; a box title, table
+# column or display formula set wider than the block spills into that margin and, past it, off the sheet
+MARGIN_PT = 36
+PAGE = re.compile(r'<page width="([\d.]+)"[^>]*>(.*?)</page>', re.S)
+WORD = re.compile(r'<word xMin="[\d.]+" yMin="[\d.]+" xMax="([\d.]+)" yMax="[\d.]+">([^<]*)</word>')
+
+
+def test_nothing_runs_off_the_paper(pdf):
+    over = [f"page {n}: {word!r} ends at {float(x_max):.0f} pt of {float(width):.0f}"
+            for n, (width, body) in enumerate(PAGE.findall(run("pdftotext", "-bbox", str(pdf), "-")), 1)
+            for x_max, word in WORD.findall(body) if float(x_max) > float(width) - MARGIN_PT]
+    record("pdf", f"words within {MARGIN_PT} pt of the paper's right edge or past it: {len(over)}")
+    assert not over, f"{len(over)} words run into the right margin or off the paper:\n  " + "\n  ".join(over[:12])
