@@ -1057,22 +1057,17 @@ SHORTCUT_HOLES = {
     "ex-attention-dmin#plug-in": "lib's population_min_d says r_inf = |z| sqrt(d): with |z_trig| = tau put in, it "
                                  "gives r*(L)^2 / tau^2, the answer itself, so no value test can tell it from the "
                                  "derivation (the scaling argument is graded by hand, in ex-attention-dmin-answer)",
-    "ex-attention-gaussian#antithetic": "8 million antithetic draws make the coin flip exact and pass the hidden "
-                                        "Monte Carlo comparison (0.005) and r_star_half's 1e-3",
     "ex-attention-kappa": "bisection on lib's softmax_focus (kappa from trigger_score_scale) finds the heuristic's "
                           "root to rounding, which the 1e-9 tests accept",
     "ex-attention-softmax": "a 150 x 150 Gauss-Hermite quadrature of the odds is within the tests' rtol 1e-9",
     "ex-capacity-wall-factor": "the first integer d inside (bisection on the chapter's (N_att + beta) / leading) "
                                "passes: the hidden tests look at ceil(d_min) and floor(d_min) - 1 only",
     "ex-fact-count": "enumerating the D^S maps is feasible at every argument checked (S <= 7)",
-    "ex-lb-bayes": "listing the consistent permutations is feasible at every argument checked (9 unseen tokens at "
-                   "most), and the terms past it weigh below 1e-9",
     "ex-lb-pairs": "bisection on the theorem's quadratic at w_= = 0 finds the real root to rounding",
     "ex-lb-product": "bisection on the statement's own formula finds the real d to rounding",
     "ex-mlp-shift": "Gauss-Hermite quadrature is exact for these polynomials, as in the hidden tests",
     "ex-mlp-signal": "Gauss-Hermite quadrature is exact for these polynomials, and the limit read off at s = 1e6 is "
                      "within 1e-6",
-    "ex-refined-mb-orth": "summing the trinomial law of (n_k, n_l) is feasible at every argument checked (N <= 1000)",
     "ex-train-adam-first": "torch.optim.Adam stepped twice is the derived update, to rounding",
     "ex-train-entropy-gap": "autograd of torch's entropy gives dH/db to rounding, and bisection on its second "
                             "derivative the steepest gap",
