@@ -684,6 +684,24 @@ def test_a_wrong_answer_passes_the_visible_check_and_fails_the_hidden_tests(gid)
 
 # Gauss-Hermite nodes and weights for E over N(0, 1), exact for polynomials up to degree 79
 _HERMITE = "_x, _w = np.polynomial.hermite_e.hermegauss(40)\n_w = _w / _w.sum()\n"
+# the Monte Carlo shortcut of ex-attention-gaussian: n draws of (X_0, U), optionally paired, then bisection
+_MC_GAUSS = """
+import functools
+_g = lib.torch_generator(0)
+_X0 = torch.randn({n}, generator=_g, dtype=torch.float64)
+_U = torch.rand({n}, generator=_g, dtype=torch.float64)
+{pair}
+_max = functools.lru_cache(None)(lambda L: torch.special.ndtri(_U ** (1 / (L - 1))))
+
+def gauss_att(r, L, rho):
+    return float((r + rho * _X0 > _max(L)).double().mean())
+
+lo, hi = 0.0, 20.0
+for _ in range(60):
+    mid = (lo + hi) / 2
+    lo, hi = (mid, hi) if gauss_att(mid, 32, 0.5) < 0.99 else (lo, mid)
+r_star_half = (lo + hi) / 2
+"""
 SHORTCUTS = {
     # the sampled estimate the statement names, on a large sample, instead of the enumeration
     "ex-task-bayes": """
@@ -730,41 +748,11 @@ gamma_ratio_L = gamma_needed(128, 32, 128) / gamma_needed(128, 16, 128)
 """,
     # Monte Carlo of the event itself (the max of L - 1 normals drawn as Phi^-1(U^(1/(L-1)))), 2 million draws
     # with one seed, and r_star_half by bisection on it
-    "ex-attention-gaussian": """
-import functools
-_g = lib.torch_generator(0)
-_X0 = torch.randn(2_000_000, generator=_g, dtype=torch.float64)
-_U = torch.rand(2_000_000, generator=_g, dtype=torch.float64)
-_max = functools.lru_cache(None)(lambda L: torch.special.ndtri(_U ** (1 / (L - 1))))
-
-def gauss_att(r, L, rho):
-    return float((r + rho * _X0 > _max(L)).double().mean())
-
-lo, hi = 0.0, 20.0
-for _ in range(60):
-    mid = (lo + hi) / 2
-    lo, hi = (mid, hi) if gauss_att(mid, 32, 0.5) < 0.99 else (lo, mid)
-r_star_half = (lo + hi) / 2
-""",
+    "ex-attention-gaussian": _MC_GAUSS.format(n="2_000_000", pair=""),
     # the same with 8 million antithetic draws, (X_0, U) and (-X_0, 1 - U), which make two exchangeable scores an
     # exact coin flip
-    "ex-attention-gaussian#antithetic": """
-import functools
-_g = lib.torch_generator(0)
-_X0 = torch.randn(4_000_000, generator=_g, dtype=torch.float64)
-_U = torch.rand(4_000_000, generator=_g, dtype=torch.float64)
-_X0, _U = torch.cat([_X0, -_X0]), torch.cat([_U, 1 - _U])
-_max = functools.lru_cache(None)(lambda L: torch.special.ndtri(_U ** (1 / (L - 1))))
-
-def gauss_att(r, L, rho):
-    return float((r + rho * _X0 > _max(L)).double().mean())
-
-lo, hi = 0.0, 20.0
-for _ in range(60):
-    mid = (lo + hi) / 2
-    lo, hi = (mid, hi) if gauss_att(mid, 32, 0.5) < 0.99 else (lo, mid)
-r_star_half = (lo + hi) / 2
-""",
+    "ex-attention-gaussian#antithetic": _MC_GAUSS.format(
+        n="4_000_000", pair="_X0, _U = torch.cat([_X0, -_X0]), torch.cat([_U, 1 - _U])"),
     # brute force: the smallest d at which k_inf's exact accuracy (lib, 16 problems, V = 128 as the chapter's
     # figure) passes 0.99, found by bisection over the integers
     "ex-attention-dmin": """
