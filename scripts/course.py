@@ -24,7 +24,7 @@ cell counted 0); `grade_execution` applies it to the book build's own execution 
 No nbgrader course directory or gradebook is needed.
 
 Usage:
-  python scripts/course.py source OUT_DIR [--executed DIR] [NOTEBOOK ...]
+  python scripts/course.py source OUT_DIR [--executed DIR | --no-executed] [--execute] [NOTEBOOK ...]
         (nbgrader source notebooks, one folder per chapter: OUT_DIR/<stem>/<stem>.ipynb, the
          dropdown fences removed, every {glue:text} role replaced by its value from the executed
          copy in DIR (default _build/jupyter_execute/book, when current) or by a marker)
@@ -33,7 +33,9 @@ Usage:
          all but the last cell of a duplicated grade_id)
   python scripts/course.py export COURSE_DIR OUT.csv
         (one row per student, assignment and grade cell of COURSE_DIR/gradebook.db)
-  python scripts/course.py student OUT_DIR [NOTEBOOK ...]     (default: every book/*.ipynb)
+  python scripts/course.py student OUT_DIR [--execute] [NOTEBOOK ...]     (default: every book/*.ipynb)
+        (with --execute, here and for `source`, a chapter with no current execution is run first,
+         into _build/course_execute/, so that every glued number is filled: no marker is left)
   python scripts/course.py grade [--source DIR] [--save-executed DIR] NOTEBOOK ...
         (prints NAME: S/M per notebook, S/M over the check cells, then "+P by hand" when the
          notebook has written answers worth P points; each notebook runs in a scratch folder, so
@@ -43,6 +45,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import copy
 import csv
 import os
@@ -147,9 +150,98 @@ def leaked(student_nb, instructor_nb) -> list[str]:
     return found
 
 
+# MyST that Jupyter shows as raw text: directive blocks (```{exercise} Title / :::{prf:proposition} Title,
+# options, body, closing fence) and roles ({prf:ref}`label`, {cite:t}`key`, {cite:p}`key`, {doc}`page`)
+DIRECTIVE_RE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[a-z:-]+)\}[ \t]*(?P<title>[^\n]*)\n"
+                          r"(?P<opts>(?::[a-z-]+:[^\n]*\n)*)(?P<body>.*?)^(?P=fence)[ \t]*$", re.S | re.M)
+ROLE_RE = re.compile(r"\{(?P<role>prf:ref|cite:t|cite:p|doc)\}`(?P<arg>[^`]*)`")
+
+
+def _bib() -> dict:
+    """key -> (authors as cited, year) from book/references.bib: "Vural et al.", "2026"."""
+    out = {}
+    text = (BOOK / "references.bib").read_text(encoding="utf-8")
+    for key, body in re.findall(r"@\w+\{([^,]+),(.*?)\n\}", text, re.S):
+        authors = re.search(r"author\s*=\s*\{(.*)\},?\n", body).group(1).split(" and ")
+        last = [a.split(",")[0].strip() for a in authors]
+        cited = last[0] if len(last) == 1 else (" and ".join(last) if len(last) == 2 else f"{last[0]} et al.")
+        out[key.strip()] = (cited, re.search(r"year\s*=\s*\{(\d+)\}", body).group(1))
+    return out
+
+
+def directive_titles(notebooks) -> dict:
+    """label -> "Proposition (its title)" for every labelled directive of the chapters: what a
+    {prf:ref} role names in a notebook that Jupyter shows without the book's cross-references."""
+    titles = {}
+    for path in notebooks:
+        for c in nbformat.read(path, as_version=4).cells:
+            if c.cell_type != "markdown":
+                continue
+            for m in DIRECTIVE_RE.finditer(c.source):
+                label = re.search(r"^:label:\s*(\S+)", m.group("opts"), re.M)
+                if label:
+                    kind = m.group("name").split(":")[-1].capitalize()
+                    title = m.group("title").strip()
+                    titles[label.group(1)] = f"{kind} ({title})" if title else kind
+    return titles
+
+
+def plain_markdown(text: str, titles: dict) -> str:
+    """The text with MyST's directives and roles written as plain Markdown, as Jupyter renders it:
+    a directive block becomes a bold heading ("**Exercise: title.**", "**Proposition (title).**",
+    "*Proof.*") over its body, math and all; {prf:ref} names its target (`titles`), {cite:t} and
+    {cite:p} the authors and year, {doc} the page."""
+    def block(m):
+        kind = m.group("name").split(":")[-1]
+        title, body = m.group("title").strip(), m.group("body").strip("\n")
+        if kind == "proof":
+            head = f"*Proof{' (' + title + ')' if title else ''}.*"
+        elif kind == "exercise":
+            head = f"**Exercise{': ' + title if title else ''}.**"
+        else:
+            head = f"**{kind.capitalize()}{' (' + title + ')' if title else ''}.**"
+        return f"{head}\n\n{body}"
+
+    while True:                                    # nested blocks: the innermost first, until none is left
+        new = DIRECTIVE_RE.sub(block, text)
+        if new == text:
+            break
+        text = new
+    bib = _bib()
+
+    def role(m):
+        r, arg = m.group("role"), m.group("arg")
+        shown = re.match(r"(.*?)\s*<([^>]+)>$", arg)          # {prf:ref}`text <label>`
+        if shown:
+            return shown.group(1)
+        if r == "prf:ref":
+            return ROLE_RE.sub(role, titles.get(arg, arg))     # a title may cite
+        if r == "doc":
+            return arg
+        cites = [bib.get(k.strip(), (k.strip(), "")) for k in arg.split(",")]
+        if r == "cite:t":
+            return "; ".join(f"{a} ({y})" for a, y in cites)
+        return "(" + "; ".join(f"{a}, {y}" for a, y in cites) + ")"
+    return ROLE_RE.sub(role, text)
+
+
+@functools.lru_cache(maxsize=None)
+def book_titles() -> dict:
+    """`directive_titles` of the book's chapters (read once per process)."""
+    return directive_titles(chapters())
+
+
+def to_jupyter_markdown(nb, titles: dict) -> None:
+    """Every markdown cell of nb through `plain_markdown` (in place)."""
+    for c in nb.cells:
+        if c.cell_type == "markdown":
+            c.source = plain_markdown(c.source, titles)
+
+
 GLUE_RE = re.compile(r"\{glue:text\}`([^`]*)`")
 GLUE_MARKER = "(`{}`: computed when you run the notebook)"
 EXECUTED = ROOT / "_build" / "jupyter_execute" / "book"
+COURSE_EXECUTED = ROOT / "_build" / "course_execute"      # chapters run by `--execute` when no build is current
 
 
 def glued_values(executed) -> dict:
@@ -194,17 +286,43 @@ def fill_glue(nb, values: dict) -> int:
     return filled
 
 
-def current_glue(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTED) -> dict | None:
+def current_glue(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTED,
+                 execute: bool = False) -> dict | None:
     """The glued values of the chapter at path, from its executed copy in executed_dir when that copy
     ran the chapter's current code cells and is newer than the chapter and every file of lib/ (an
-    edit since the book build makes it stale); None otherwise."""
+    edit since the book build makes it stale); with `execute`, a chapter without one is run now
+    (`execute_chapter`, into COURSE_EXECUTED, reused while current) and its values used; None otherwise."""
     executed = current_execution(path, executed_dir)
+    if executed is None and execute:                 # an earlier --execute run of the same code, else run it
+        executed = current_execution(path, COURSE_EXECUTED) or execute_chapter(path, COURSE_EXECUTED)
     if executed is not None:
         return glued_values(executed)
     if executed_dir is not None and (executed_dir / path.name).exists():
         print(f"{path.name}: {executed_dir / path.name} is not an execution of the current chapter and "
               "lib/ (other code, or older): glued numbers marked instead", file=sys.stderr)
     return None
+
+
+def execute_chapter(path: pathlib.Path, out_dir: pathlib.Path, timeout: int = 3600):
+    """Run the chapter at path from the top in its own folder, as the book build does (one kernel,
+    `timeout` seconds a cell), write the executed copy to out_dir/<name> and return it: the glued
+    values of a release made without a book build. A cell that fails stops the release (SystemExit
+    2, naming the chapter and the error): no number is filled from a partial run."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    nb = nbformat.read(path, as_version=4)
+    print(f"{path.name}: no current execution; running it now (chapters 10 and 11 take minutes)",
+          file=sys.stderr, flush=True)
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    except CellExecutionError as e:
+        raise SystemExit(f"{path.name}: a cell failed while executing it for its glued values: "
+                         f"{str(e).strip().splitlines()[-1]}") from None
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out_dir / path.name)
+    return nb
 
 
 def current_execution(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTED):
@@ -220,22 +338,23 @@ def current_execution(path: pathlib.Path, executed_dir: pathlib.Path | None = EX
     return None
 
 
-def source_version(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTED):
+def source_version(path: pathlib.Path, executed_dir: pathlib.Path | None = EXECUTED, execute: bool = False):
     """The chapter as an nbgrader source notebook: the dropdown fences (solution-wrapper cells)
     removed, the glued numbers filled in from a current executed copy, else marked. Returns
     (notebook, number of roles filled, whether an executed copy was used)."""
     nb = nbformat.read(path, as_version=4)
     nb.cells = [c for c in nb.cells if WRAPPER_TAG not in c.metadata.get("tags", [])]
-    values = current_glue(path, executed_dir)
+    values = current_glue(path, executed_dir, execute)
     filled = fill_glue(nb, values or {})
+    to_jupyter_markdown(nb, book_titles())
     return nb, filled, values is not None
 
 
 def write_sources(out: pathlib.Path, notebooks: list[pathlib.Path],
-                  executed_dir: pathlib.Path | None = EXECUTED) -> list[pathlib.Path]:
+                  executed_dir: pathlib.Path | None = EXECUTED, execute: bool = False) -> list[pathlib.Path]:
     written = []
     for path in notebooks:
-        nb, filled, used = source_version(path, executed_dir)
+        nb, filled, used = source_version(path, executed_dir, execute)
         target = out / path.stem / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, target)
@@ -312,14 +431,15 @@ def export_grades(course_dir: pathlib.Path, out: pathlib.Path) -> int:
 
 
 def write_students(out: pathlib.Path, notebooks: list[pathlib.Path],
-                   executed_dir: pathlib.Path | None = EXECUTED) -> list[pathlib.Path]:
+                   executed_dir: pathlib.Path | None = EXECUTED, execute: bool = False) -> list[pathlib.Path]:
     """Student notebooks (student_version), each glued number filled in or marked (source_version)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         student = student_version(nb)
-        fill_glue(student, current_glue(path, executed_dir) or {})
+        fill_glue(student, current_glue(path, executed_dir, execute) or {})
+        to_jupyter_markdown(student, book_titles())
         bad = leaked(student, nb)
         if bad:
             raise RuntimeError(f"{path.name}: solution text left in the student notebook: {bad[:3]}")
@@ -445,6 +565,9 @@ def main(argv=None) -> int:
     so.add_argument("--executed", type=pathlib.Path, default=EXECUTED,
                     help="folder of executed chapters whose glued values fill the text (default %(default)s)")
     so.add_argument("--no-executed", action="store_true", help="mark every glued number instead")
+    so.add_argument("--execute", action="store_true",
+                    help="run each chapter that has no current execution now (into _build/course_execute/, "
+                         "minutes for chapters 10 and 11) so that every glued number is filled")
     so.add_argument("notebooks", nargs="*", type=pathlib.Path)
     sa = sub.add_parser("sanitize", help="drop invented nbgrader cells of collected submissions")
     sa.add_argument("source", type=pathlib.Path)
@@ -454,6 +577,8 @@ def main(argv=None) -> int:
     ex.add_argument("out", type=pathlib.Path)
     s = sub.add_parser("student", help="write student notebooks")
     s.add_argument("out", type=pathlib.Path)
+    s.add_argument("--execute", action="store_true",
+                   help="run each chapter that has no current execution now, so that every glued number is filled")
     s.add_argument("notebooks", nargs="*", type=pathlib.Path)
     g = sub.add_parser("grade", help="execute notebooks and print NAME: S/M")
     g.add_argument("--source", type=pathlib.Path, default=BOOK,
@@ -463,7 +588,9 @@ def main(argv=None) -> int:
     g.add_argument("notebooks", nargs="+", type=pathlib.Path)
     a = ap.parse_args(argv)
     if a.cmd == "source":
-        write_sources(a.out, a.notebooks or exercise_chapters(), None if a.no_executed else a.executed)
+        if a.no_executed and a.execute:
+            ap.error("--execute and --no-executed exclude each other")
+        write_sources(a.out, a.notebooks or exercise_chapters(), None if a.no_executed else a.executed, a.execute)
         return 0
     if a.cmd == "sanitize":
         for p in a.submitted:
@@ -475,7 +602,7 @@ def main(argv=None) -> int:
         print(f"{a.out}: {n} rows")
         return 0
     if a.cmd == "student":
-        for p in write_students(a.out, a.notebooks or chapters()):
+        for p in write_students(a.out, a.notebooks or chapters(), execute=a.execute):
             print(p)
         return 0
     status = 0

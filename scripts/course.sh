@@ -2,11 +2,12 @@
 # Run a course on the book's chapters with nbgrader's own pipeline (nbgrader 0.9, from .venv/).
 # One assignment per chapter, named by its file stem (01_task, 02_interference, ...).
 #
-#   bash scripts/course.sh init COURSE [--id ID] [--executed DIR | --no-executed] [CHAPTER.ipynb ...]
+#   bash scripts/course.sh init COURSE [--id ID] [--executed DIR | --no-executed] [--execute] [CHAPTER.ipynb ...]
 #       COURSE/nbgrader_config.py and COURSE/source/<stem>/<stem>.ipynb for each chapter (default:
 #       every chapter with exercises): the dropdown fences removed, each glued number of the text
 #       filled in from the current executed chapter in DIR (default _build/jupyter_execute/book,
-#       left by the book build) or, without one, replaced by a marker.
+#       left by the book build) or, without one, replaced by a marker; with --execute a chapter without
+#       one is run first (into _build/course_execute/), so that no marker is left.
 #   bash scripts/course.sh release COURSE [ASSIGNMENT ...]   nbgrader generate_assignment -> COURSE/release/
 #   bash scripts/course.sh collect COURSE SUBMISSIONS        SUBMISSIONS/<student>/<stem>.ipynb ->
 #       COURSE/submitted/<student>/<stem>/<stem>.ipynb (the notebook only; a cell with a grade_id the
@@ -54,6 +55,7 @@ case "$cmd" in
         --id) id=$2; shift 2 ;;
         --executed) opts+=("$1" "$2"); shift 2 ;;
         --no-executed) opts+=("$1"); shift ;;
+        --execute) opts+=("$1"); shift ;;
         -*) usage ;;
         *) files+=("$1"); shift ;;
       esac

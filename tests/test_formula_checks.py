@@ -11,6 +11,7 @@ import torch
 import lib
 from lib import theory
 from lib.analysis import attention_curve, k_noise, step2
+from lib.core import grid
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 8, 50])
@@ -29,12 +30,16 @@ def test_inner_product_fourth_moments_from_known_laws(d):
 
 def test_attention_curve_crossing_is_the_geometric_interpolation():
     """Halfway in accuracy between N = 100 and N = 400 is N = 200 on the log scale; a threshold at or
-    beyond the ends gives the ends."""
+    beyond the ends gives the ends; the requirement reads its N the same way."""
     mean, Ns = np.array([0.5, 1.0]), [100, 400]
-    assert abs(attention_curve._crossing(mean, Ns, 1, 0.75) - 200) < 1e-9
-    assert abs(attention_curve._crossing(mean, Ns, 1, 1.0) - 400) < 1e-9
-    assert abs(attention_curve._crossing(mean, Ns, 1, 0.5) - 100) < 1e-9
-    assert attention_curve._crossing(mean, Ns, 0, 0.75) == 100
+    assert abs(grid.between(Ns, mean, 1, 0.75, log_x=True) - 200) < 1e-9
+    assert abs(grid.between(Ns, mean, 1, 1.0, log_x=True) - 400) < 1e-9
+    assert abs(grid.between(Ns, mean, 1, 0.5, log_x=True) - 100) < 1e-9
+    assert abs(grid.between(Ns, mean, 1, 1.5, log_x=True) - 400) < 1e-9        # clamped to the interval
+    assert grid.between(Ns, mean, 0, 0.75, log_x=True) == 100
+    acc = np.array([[0.5, 0.95, 1.0], [0.5, 0.85, 1.0]])                       # mean 0.5, 0.9, 1.0
+    req = attention_curve.requirement(acc, [100, 400, 1600], 0.95)
+    assert abs(req["nstar"] - 800) < 1e-9                                       # halfway from 0.9 to 1 in log N
 
 
 def test_smallest_arguments_are_accepted():

@@ -8,7 +8,7 @@ import pytest
 from lib.analysis import attention_curve as ac
 from lib.analysis import lowerbound as lb
 from lib.analysis import refined
-from lib.core.grid import first_index, stays_from
+from lib.core.grid import between, crossing, first_index, stays_from
 
 
 def _first_loop(ok):
@@ -72,3 +72,42 @@ def test_the_readers_give_what_the_rules_give():
         else:
             assert Ns[j - 1] <= got <= Ns[j]
             assert got == pytest.approx(Ns[j - 1] + (Ns[j] - Ns[j - 1]) * (y[j - 1] - t) / (y[j - 1] - y[j]))
+
+
+def test_crossing_is_the_rule_then_the_interpolation():
+    """crossing = the rule's index, then `between` from the grid point before: against a loop over the
+    segments (the first segment whose ends bracket the level from below) on random rising and noisy
+    curves, linear and in log x; x[0] when the curve starts at the level; None when not reached."""
+    rng = np.random.default_rng(11)
+    Ns = [4, 8, 16, 32, 64, 128]
+    for _ in range(200):
+        y = np.clip(np.sort(rng.random(6)) + rng.normal(0, 0.05, 6), 0, 1)
+        t = float(rng.choice([0.3, 0.5, 0.9]))
+        for log_x in (False, True):
+            got = crossing(Ns, y, t, log_x=log_x)
+            if y[0] >= t:
+                assert got == Ns[0]
+                continue
+            seg = next((i for i in range(1, 6) if y[i - 1] < t <= y[i]), None)
+            if seg is None:
+                assert got is None
+                continue
+            w = (t - y[seg - 1]) / (y[seg] - y[seg - 1])
+            x0, x1 = (math.log(Ns[seg - 1]), math.log(Ns[seg])) if log_x else (Ns[seg - 1], Ns[seg])
+            want = x0 + w * (x1 - x0)
+            assert got == pytest.approx(math.exp(want) if log_x else want, rel=1e-12)
+            assert Ns[seg - 1] <= got <= Ns[seg]
+            i = _stays_loop(y >= t)
+            stays = crossing(Ns, y, t, rule="stays", log_x=log_x)
+            assert (stays is None) == (i is None) and (i is None or stays <= Ns[i])
+
+
+def test_between_and_crossing_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="same length"):
+        between([1, 2], [0.5], 1, 0.7)
+    with pytest.raises(ValueError, match="j must index"):
+        between([1, 2], [0.5, 1.0], 2, 0.7)
+    with pytest.raises(ValueError, match="rule must be"):
+        crossing([1, 2], [0.5, 1.0], 0.7, rule="last")
+    assert between([1, 2], [0.5, 0.5], 1, 0.7) == 2.0                 # a flat segment: its right end
+    assert between([1, 3], [1.0, 0.0], 1, 0.25) == 2.5                # falling curves interpolate alike

@@ -129,8 +129,8 @@ def test_agreement_with_limit_at_the_default_step_sizes_is_total():
 
 def test_median_trigger_gap_is_its_definition():
     """Recomputed in NumPy (float64) from the keys h_t = e_{x_t} + 1[t = l] z_trig: per test sample the
-    informative position's score along k / |k| less the best other position's; torch's median of the 128
-    gaps is the lower middle one, sorted[63]. The library works in float32 (scores of size ~1, rounding
+    informative position's score along k / |k| less the best other position's; the median of the 128
+    gaps is the mean of the two middle ones, sorted[63] and sorted[64]. The library works in float32 (scores of size ~1, rounding
     ~1e-7 each): 1e-5 leaves a margin of 100. The learned k reads most samples right (median gap > 0)."""
     p = lib.make_problem(lib.TaskConfig(V=16, d=32, L=4, device="cpu"), 0)
     tr, te = lib.sample_batch(p, 512, 0), lib.sample_batch(p, 128, 0, split="test")
@@ -143,9 +143,11 @@ def test_median_trigger_gap_is_its_definition():
         keys = E[row] + np.eye(len(row))[l][:, None] * z
         s = keys @ w
         gaps.append(s[l] - np.delete(s, l).max())
-    want = np.sort(gaps)[(len(gaps) - 1) // 2]
+    srt = np.sort(gaps)
+    want = (srt[63] + srt[64]) / 2
     got = refined.median_trigger_gap(p, te, k)
     assert abs(got - want) < 1e-5 and want > 0, (got, want)
+    assert abs(srt[64] - srt[63]) > 1e-4          # the two middles differ: the lower or upper one alone fails
 
 
 def test_read_counts_and_the_memory_they_describe():

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..core.config import TaskConfig, check_float, check_int
 from ..core.embeddings import make_problem
-from ..core.grid import first_index, stays_from
+from ..core.grid import crossing, first_index
 from ..core.paths import data_dir
 from ..core.task import sample_batch
 from ..learning.schedule import three_steps
@@ -96,15 +96,6 @@ def moment_curves(cfg: TaskConfig, Ns, seeds, samples: int = 8000) -> np.ndarray
     return out
 
 
-def _crossing(mean: np.ndarray, Ns: list, i: int, threshold: float) -> float:
-    """log-linear interpolation of where `mean` crosses `threshold` between grid points i - 1 and i."""
-    if i == 0:
-        return float(Ns[0])
-    a, b = mean[i - 1], mean[i]                                      # a < threshold <= b
-    w = min(max((threshold - a) / (b - a), 0.0), 1.0)
-    return float(math.exp(math.log(Ns[i - 1]) + w * (math.log(Ns[i]) - math.log(Ns[i - 1]))))
-
-
 def requirement(acc, Ns, threshold: float) -> dict:
     """The requirement read off the mean curve of `acc` (problems x len(Ns)): {"nstar": the N from which
     the mean over problems stays >= threshold to the grid's end, "lo"/"hi": the same for the upper / the
@@ -118,8 +109,8 @@ def requirement(acc, Ns, threshold: float) -> dict:
     mean, half = theory.t_interval(acc, axis=0)
     out = {"mean": mean, "half": half}
     for key, curve in (("nstar", mean), ("lo", mean + half), ("hi", mean - half)):
-        i = stays_from(curve >= threshold)
-        out[key] = math.inf if i is None else _crossing(curve, Ns, i, threshold)
+        n = crossing(Ns, curve, threshold, rule="stays", log_x=True)
+        out[key] = math.inf if n is None else n
     return out
 
 

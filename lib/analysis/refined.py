@@ -14,7 +14,7 @@ import torch
 
 from ..core.config import TaskConfig, check_int
 from ..core.embeddings import Problem, make_problem
-from ..core.grid import first_index
+from ..core.grid import between, first_index
 from ..core.memory import hebbian, make_memory, recall_accuracy
 from ..core.models import hard_attention
 from ..core.seed import generator
@@ -165,10 +165,7 @@ def first_crossing(x, y, level: float = 0.99) -> float:
     if y[0] < level:
         return float("nan")
     j = first_index(np.asarray(y, dtype=float) < level)
-    if j is None:
-        return float("nan")
-    x0, a0 = x[j - 1], y[j - 1]
-    return x0 + (x[j] - x0) * (a0 - level) / (a0 - y[j])
+    return float("nan") if j is None else between(x, y, j, level)
 
 
 def nstar_row(V: int, d: int, trigger_in_value: bool, problems: int, threshold: float = 0.99) -> tuple:
@@ -199,10 +196,10 @@ def nstar_table(rows, problems: int) -> str:
 
 def median_trigger_gap(problem: Problem, test: Batch, k: torch.Tensor) -> float:
     """Median over test samples of the lead of the informative position's score along k / |k| over the
-    best other position."""
+    best other position (for an even count, the mean of the two middle values, as `statistics.median`)."""
     sc = position_scores(problem, test, k / k.norm())
     gap = sc.gather(1, test.pos[:, None]) - sc.scatter(1, test.pos[:, None], -float("inf"))
-    return float(gap.min(1).values.median())
+    return float(gap.min(1).values.double().quantile(0.5))
 
 
 def agreement_with_limit(problem: Problem, train: Batch, test: Batch, limit_params, step_sizes) -> list:

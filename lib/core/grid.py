@@ -11,11 +11,16 @@ then one of two indices of the boolean curve ok[i] = (curve[i] >= threshold):
 Both return None when no grid point qualifies (the curve never reaches the threshold, or its last point
 is below it): "not reached" is a result the caller reports, not an error. Along an axis of a 2-D array
 (`axis=`) they return one index per column or row, with the grid's length meaning "not reached".
+Between grid points, `between` interpolates where the curve passes the threshold (linearly in x, or in
+log x for grids spaced by factors), and `crossing` reads the index by either rule and interpolates: the
+one interpolation the book's readers use.
 The searches that choose where to evaluate (doubling, bisection) are `core.search`; these only read a
 grid that was evaluated in full.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -52,3 +57,33 @@ def stays_from(ok, axis: int | None = None):
         return int(bad[-1]) + 1 if bad.size else 0
     tail = np.flip(np.logical_and.accumulate(np.flip(ok, axis=axis), axis=axis), axis=axis)
     return first_index(tail, axis=axis)
+
+
+def between(x, y, j: int, level: float, log_x: bool = False) -> float:
+    """Where the curve y (measured at the increasing grid x) passes `level` between grid points j - 1 and
+    j, interpolated linearly in x (in log x with `log_x`), the weight clamped to [0, 1]; x[0] when j = 0
+    (the curve is already past the level at the grid's start). Rising or falling alike."""
+    if len(x) != len(y):
+        raise ValueError(f"x and y must have the same length, got {len(x)} and {len(y)}")
+    if not 0 <= int(j) < len(x):
+        raise ValueError(f"j must index the grid (0 <= j < {len(x)}), got {j}")
+    j = int(j)
+    if j == 0:
+        return float(x[0])
+    a, b = float(y[j - 1]), float(y[j])
+    w = min(max((level - a) / (b - a), 0.0), 1.0) if b != a else 1.0
+    if log_x:
+        lo, hi = math.log(x[j - 1]), math.log(x[j])
+        return float(math.exp(lo + w * (hi - lo)))
+    return float(x[j - 1] + w * (x[j] - x[j - 1]))
+
+
+def crossing(x, y, level: float, rule: str = "first", log_x: bool = False):
+    """Where the curve y (at the increasing grid x) reaches `level` (y >= level) by `rule` ("first":
+    `first_index`, "stays": `stays_from`), interpolated from the grid point before (`between`); x[0]
+    when the curve starts there, None when not reached."""
+    if rule not in ("first", "stays"):
+        raise ValueError(f"rule must be 'first' or 'stays', got {rule!r}")
+    ok = np.asarray(y, dtype=float) >= level
+    j = first_index(ok) if rule == "first" else stays_from(ok)
+    return None if j is None else between(x, y, j, level, log_x)
