@@ -8,7 +8,9 @@ JOBDIR/job.json holds the check's source, the instructor's import statements and
 it needs, and the student's values: each one plain data (torch.save bytes, loaded back with torch's
 restricted unpickler: numbers, booleans, strings, containers, numpy arrays, tensors and the book
 library's own classes; no other class, so no float or tensor subclass) or a function, called back in
-the student's kernel through the grader (its arguments and result travel as the same plain data).
+the student's kernel through the grader (its arguments and result travel as the same plain data; a
+sympy expression it returns, for the checks that test an answer's form on symbols, as a tree of plain
+data rebuilt by `decode_sympy` from a whitelist of heads).
 The check runs in a namespace built only from these; the grader reads JOBDIR/result.json: the cell's
 outputs as a Jupyter kernel would give them (stdout, stderr, the last expression's value, an error).
 The protocol with the grader uses stdin and a copy of stdout; the check's own prints are captured,
@@ -77,6 +79,32 @@ def load_data(blob: bytes):
         return torch.load(io.BytesIO(blob), weights_only=True)
 
 
+SYMPY_HEADS = {"Add", "Mul", "Pow", "exp", "log", "Abs", "sign", "Min", "Max", "sin", "cos", "tan", "atan"}
+SYMPY_CONSTANTS = {"Pi": "pi", "Exp1": "E"}
+
+
+def decode_sympy(tree):
+    """A sympy expression rebuilt from the tree of plain data a student function's result was sent as
+    (course_guard's `_grader_call_`): symbols with their assumptions, integers, rationals, floats, pi,
+    e, and the heads of SYMPY_HEADS only; anything else raises. Nothing of it is evaluated as code, so a
+    crafted tree can give a wrong expression (a wrong answer), never run anything."""
+    import sympy
+    head = tree[0]
+    if head == "Symbol":
+        return sympy.Symbol(str(tree[1]), **{str(k): bool(v) for k, v in tree[2]})
+    if head == "Integer":
+        return sympy.Integer(int(tree[1]))
+    if head == "Rational":
+        return sympy.Rational(int(tree[1]), int(tree[2]))
+    if head == "Float":
+        return sympy.Float(float(tree[1]))
+    if head == "NumberSymbol" and tree[1] in SYMPY_CONSTANTS:
+        return getattr(sympy, SYMPY_CONSTANTS[tree[1]])
+    if head in SYMPY_HEADS:
+        return getattr(sympy, head)(*[decode_sympy(a) for a in tree[1]])
+    raise TypeError(f"not an expression the grader rebuilds: {str(head)[:40]}")
+
+
 class Channel:
     """Calls back to the grader: a student function runs in the student's kernel."""
 
@@ -95,7 +123,10 @@ class Channel:
         if not reply.get("ok"):
             raise RuntimeError(f"{name}(...) failed in the notebook's kernel: {reply.get('error', 'no reply')}")
         with open(res, "rb") as f:
-            return load_data(f.read())
+            value = load_data(f.read())
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "__sympy__":
+            return decode_sympy(value[1])
+        return value
 
     def proxy(self, name):
         def student_function(*args, **kwargs):

@@ -75,9 +75,26 @@ def _grader_export_(ns, names, path):
 '''
 CALL = r'''
 def _grader_call_(ns, name, request, result):
-    import torch
+    import sys, torch
     args, kwargs = torch.load(request, weights_only=False)
-    torch.save(ns[name](*args, **kwargs), result)
+    out = ns[name](*args, **kwargs)
+    sympy = sys.modules.get("sympy")
+    if sympy is not None and isinstance(out, sympy.Basic):     # an expression travels as a tree of plain data
+
+        def enc(e):
+            if e.is_Symbol:
+                return ("Symbol", e.name, tuple(sorted(e.assumptions0.items())))
+            if e.is_Integer:
+                return ("Integer", int(e))
+            if e.is_Rational:
+                return ("Rational", int(e.p), int(e.q))
+            if e.is_Float:
+                return ("Float", float(e))
+            if e.is_NumberSymbol:
+                return ("NumberSymbol", type(e).__name__)
+            return (type(e).__name__, tuple(enc(a) for a in e.args))
+        out = ("__sympy__", enc(out))
+    torch.save(out, result)
 '''
 
 

@@ -1246,3 +1246,39 @@ def test_released_markdown_is_plain_markdown_that_jupyter_renders():
         left = re.findall(r"\{(?:exercise|prf:[a-z]+|cite:[tp]|doc)\}|^(?:`{3,}|:{3,})\{", md, re.M)
         assert not left, (path.name, left[:3])
         assert md.count("$") >= 2 and "**Exercise" in md or not course.check_cells(nb)
+
+
+@pytest.mark.slow
+def test_a_check_can_call_the_students_function_on_symbols(tmp_path):
+    """Checks by form call the student's function on sympy symbols: under the grader the function runs in the
+    student's kernel and its expression comes back as a tree of plain data, rebuilt from a whitelist of sympy
+    heads (nothing evaluated as code). A correct closed form scores 1, a numerical one (it cannot take a
+    symbol) and a wrong form 0; a tree with another head is refused."""
+    src, nb = _toy(tmp_path)
+    nb.cells[1].source = "### BEGIN SOLUTION\ndef f(s, m):\n    return (24 * s ** 8 - 2 * s ** 4) / m + s ** 0.5\n### END SOLUTION"
+    nb.cells[2].source = ("assert callable(f)\n### BEGIN HIDDEN TESTS\nimport sympy as _sp\n"
+                          "_s, _m = _sp.symbols('s m', positive=True)\n_e = f(_s, _m)\n"
+                          "assert isinstance(_e, _sp.Expr) and _e.free_symbols == {_s, _m}\n"
+                          "for _v in ((1.3, 2.0), (7.0, 0.5)):\n"
+                          "    _want = (24 * _v[0] ** 8 - 2 * _v[0] ** 4) / _v[1] + _v[0] ** 0.5\n"
+                          "    assert abs(float(_e.subs(dict(zip((_s, _m), _v)))) / _want - 1) < 1e-12\n"
+                          "### END HIDDEN TESTS")
+    nbformat.write(nb, src / "toy.ipynb")
+    stud = tmp_path / "student"
+    course.write_students(stud, [src / "toy.ipynb"])
+    for answer, want in (("def f(s, m):\n    return s ** 0.5 + (24 * s ** 8 - 2 * s ** 4) / m", 1),
+                         ("import math\ndef f(s, m):\n    return (24 * s ** 8 - 2 * s ** 4) / m + math.sqrt(s)", 0),
+                         ("def f(s, m):\n    return (24 * s ** 8 - 3 * s ** 4) / m + s ** 0.5", 0)):
+        student = nbformat.read(stud / "toy.ipynb", as_version=4)
+        student.cells[1].source = answer
+        nbformat.write(student, stud / "toy.ipynb")
+        assert course.grade(stud / "toy.ipynb", src)[:2] == (want, 1), answer
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import course_check_runner as runner
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    x = runner.decode_sympy(("Add", (("Symbol", "x", (("positive", True),)), ("Rational", 1, 2))))
+    assert str(x) == "x + 1/2"
+    with pytest.raises(TypeError, match="not an expression"):
+        runner.decode_sympy(("Function", (("Symbol", "x", ()),)))

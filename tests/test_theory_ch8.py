@@ -211,6 +211,22 @@ def test_fit_power_law_interval_recovers_an_exact_slope():
     assert lo < s < hi
 
 
+def test_fit_power_law_interval_is_the_textbook_standard_error():
+    """The slope's standard error is sqrt(sum of squared residuals / (n - 2) / sum (lx - mean lx)^2), written
+    out here on random data and several k: the interval is slope -+ k se, to rounding."""
+    rng = np.random.default_rng(4)
+    for n in (3, 5, 18):
+        x = np.exp(rng.uniform(0, 5, n))
+        y = np.exp(0.7 * np.log(x) + rng.normal(0, 0.3, n))
+        lx, ly = np.log(x), np.log(y)
+        b = ((lx - lx.mean()) * (ly - ly.mean())).sum() / ((lx - lx.mean()) ** 2).sum()
+        resid = ly - ly.mean() - b * (lx - lx.mean())
+        se = np.sqrt((resid ** 2).sum() / (n - 2) / ((lx - lx.mean()) ** 2).sum())
+        for k in (1.0, 2.0, 4.3):
+            s, lo, hi = T.fit_power_law_interval(x, y, k=k)
+            assert abs(s - b) < 1e-12 and abs(s - lo - k * se) < 1e-12 and abs(hi - s - k * se) < 1e-12
+
+
 @pytest.mark.parametrize("call", [
     lambda: T.hermite_coefficients("tanh"),
     lambda: T.hermite_coefficients("he3", scale=0),

@@ -38,18 +38,17 @@ def fit_power_law(x, y) -> tuple[float, float]:
 
 
 def fit_power_law_interval(x, y, k: float = 2.0) -> tuple[float, float, float]:
-    """Least-squares slope of log y on log x with its standard error: (slope, slope - k se,
-    slope + k se); k = 2 is an interval of about 95 % when the residuals are Gaussian (needs >= 3 points)."""
+    """Least-squares slope of log y on log x with its standard error (`scipy.stats.linregress`): (slope,
+    slope - k se, slope + k se); k = 2 is an interval of about 95 % when the residuals are Gaussian
+    (needs >= 3 points)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != y.shape or x.size < 3:
         raise ValueError("x and y must be arrays of the same length >= 3")
     if (x <= 0).any() or (y <= 0).any():
         raise ValueError("x and y must be positive for a log-log fit")
-    lx, ly = np.log(x), np.log(y)
-    slope, icpt = np.polyfit(lx, ly, 1)
-    resid = ly - (slope * lx + icpt)
-    se = math.sqrt((resid ** 2).sum() / (x.size - 2) / ((lx - lx.mean()) ** 2).sum())
-    return float(slope), float(slope - k * se), float(slope + k * se)
+    from scipy.stats import linregress
+    fit = linregress(np.log(x), np.log(y))            # slope and its standard error (n - 2 dof)
+    return float(fit.slope), float(fit.slope - k * fit.stderr), float(fit.slope + k * fit.stderr)
 
 
 def fit_constant(num, den) -> float:
