@@ -1050,7 +1050,6 @@ SHORTCUT_HOLES = {
     "ex-attention-softmax": "a 150 x 150 Gauss-Hermite quadrature of the odds is within the tests' rtol 1e-9",
     "ex-lb-pairs": "bisection on the theorem's quadratic at w_= = 0 finds the real root to rounding",
     "ex-lb-product": "bisection on the statement's own formula finds the real d to rounding",
-    "ex-fact-count": "enumerating the D^S maps is feasible at every argument checked (S <= 7)",
     "ex-train-adam-first": "torch.optim.Adam stepped twice is the derived update, to rounding",
     "ex-train-entropy-gap": "autograd of torch's entropy gives dH/db to rounding, and bisection on its second "
                             "derivative the steepest gap",
