@@ -1045,14 +1045,6 @@ SHORTCUT_HOLES = {
     "ex-attention-dmin#plug-in": "lib's population_min_d says r_inf = |z| sqrt(d): with |z_trig| = tau put in, it "
                                  "gives r*(L)^2 / tau^2, the answer itself, so no value test can tell it from the "
                                  "derivation (the scaling argument is graded by hand, in ex-attention-dmin-answer)",
-    "ex-attention-kappa": "bisection on lib's softmax_focus (kappa from trigger_score_scale) finds the heuristic's "
-                          "root to rounding, which the 1e-9 tests accept",
-    "ex-attention-softmax": "a 150 x 150 Gauss-Hermite quadrature of the odds is within the tests' rtol 1e-9",
-    "ex-lb-pairs": "bisection on the theorem's quadratic at w_= = 0 finds the real root to rounding",
-    "ex-lb-product": "bisection on the statement's own formula finds the real d to rounding",
-    "ex-train-adam-first": "torch.optim.Adam stepped twice is the derived update, to rounding",
-    "ex-train-entropy-gap": "autograd of torch's entropy gives dH/db to rounding, and bisection on its second "
-                            "derivative the steepest gap",
     "ex-value-coverage": "doubling and bisection on lib's coverage_mean find the integer exactly, at any V",
 }
 # the shortcuts whose run takes about 3 s or more on two loaded cores (a check cut short by the time limit, a
