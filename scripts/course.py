@@ -157,6 +157,7 @@ DIRECTIVE_RE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[a-z:-]+)\}[ \t]*(
 ROLE_RE = re.compile(r"\{(?P<role>prf:ref|cite:t|cite:p|doc)\}`(?P<arg>[^`]*)`")
 
 
+@functools.lru_cache(maxsize=None)
 def _bib() -> dict:
     """key -> (authors as cited, year) from book/references.bib: "Vural et al.", "2026"."""
     out = {}
@@ -202,7 +203,7 @@ def plain_markdown(text: str, titles: dict) -> str:
             head = f"**{kind.capitalize()}{' (' + title + ')' if title else ''}.**"
         return f"{head}\n\n{body}"
 
-    while True:                                    # nested blocks: the innermost first, until none is left
+    while True:                                    # nested blocks: the outer one, then what it held
         new = DIRECTIVE_RE.sub(block, text)
         if new == text:
             break
