@@ -351,3 +351,16 @@ def test_budget_effect_ratios_slopes_and_paired_drop():
     assert ratio[2] == pytest.approx((1.0, 1.0, 1.0)) and ratio[8][0] == pytest.approx(0.25 ** (1 / 3))
     assert ends[1000] == pytest.approx([1.0, 1.0, 1.5]) and ends[3000] == pytest.approx([0.5, 0.5, 1.5])
     assert drop[0] == pytest.approx(1 / 3) and drop[1] > 0                      # paired by seed: (0.5, 0.5, 0)
+
+
+def test_logged_median_gap_is_the_true_median():
+    """The logged median top-two gap, for an even count, is the mean of the two middle gaps (np.median, as their
+    loop logs it), not torch's lower median; the argmax rules break ties to the first index."""
+    import numpy as np
+    from lib.factual.reference import _logged
+    z = torch.tensor([[3.0, 1.0, 0.0, 0.0], [2.0, 2.0, 0.0, 0.0], [5.0, 0.0, 1.0, 0.0], [0.0, 0.5, 4.0, 0.0]])
+    y = torch.tensor([0, 1, 2, 3])
+    out = _logged(z, y, 2)
+    gaps = [2.0, 0.0, 4.0, 3.5]
+    assert out["median_logit_gap"] == float(np.median(gaps)) == 2.75
+    assert out["acc_logits"] == 0.25 and out["frac_prob_ties"] == 0.25   # row 1 ties: argmax 0, not its label 1

@@ -118,7 +118,9 @@ def _logged(z: torch.Tensor, y: torch.Tensor, D: int) -> dict:
         "frac_prob_ties": float(((p == p.max(-1, keepdim=True).values).sum(-1) > 1).double().mean()),
         "frac_pred_answer0": float((pred_p == 0).double().mean()),
         "frac_pred_block_first": float((pred_p % D == 0).double().mean()),   # argmax on a block's first answer
-        "median_logit_gap": float((top2[:, 0] - top2[:, 1]).median()),
+        # the median of the top-two gaps (for an even count, the mean of the two middle values, as np.median in
+        # their loop, scripts/nichani_reference.py; torch's median would give the lower of the two)
+        "median_logit_gap": float((top2[:, 0] - top2[:, 1]).quantile(0.5)),
     }
 
 
