@@ -389,3 +389,101 @@ def test_tampering_defeats_checks_run_in_the_students_kernel(mock_course, tmp_pa
         course.restore_checks(nb, instructor)
         got, _ = course.score(course.execute(nb, tmp_path), instructor)
         assert got == IN_KERNEL[k], (k, got)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The same tampering on every exercise chapter. The chapter-1 students above answer chapter 1's own names; these
+# are built from each chapter's solution code: every public name it assigns gets a value, every function it
+# defines returns one, so each check finds the names it reads and only the grading can refuse them.
+
+MAGIC = CHEATS["magic_float"].split("beta_min,")[0]          # the class only: a float that passes every comparison
+
+
+def solution_names(instructor) -> tuple[list[str], list[str]]:
+    """(functions, variables): the public top-level names the chapter's solution code defines."""
+    import ast
+    funcs, names = set(), set()
+    for c in instructor.cells:
+        if c.cell_type != "code":
+            continue
+        for m in course.SOLUTION_RE.finditer(c.source):
+            for node in ast.parse(m.group(1)).body:
+                if isinstance(node, ast.FunctionDef):
+                    funcs.add(node.name)
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                        names |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+    public = lambda s: sorted(x for x in s if not x.startswith("_"))       # noqa: E731
+    return public(funcs), public(names - funcs)
+
+
+def answers_code(instructor, value: str) -> str:
+    """Lines that give every answer name of the chapter `value` and make every answer function return it."""
+    funcs, names = solution_names(instructor)
+    lines = [f"def {f}(*args, **kwargs):\n    return {value}" for f in funcs]
+    lines += [f"{n} = {value}" for n in names]
+    return "\n".join(lines)
+
+
+def chapter_cheats(instructor) -> dict:
+    """The five tampering students of CHEATS, for any chapter."""
+    return {
+        "strip_input": CHEATS["strip_input"],
+        "strip_ast": CHEATS["strip_ast"],
+        "patch_lib": ("import lib, lib.theory\n"
+                      "for _m in (lib, lib.theory):\n"
+                      "    for _k in dir(_m):\n"
+                      "        if not _k.startswith('_') and callable(getattr(_m, _k)):\n"
+                      "            setattr(_m, _k, lambda *a, **k: 1.0)\n" + answers_code(instructor, "1.0")),
+        "magic_float": MAGIC + answers_code(instructor, "Magic(1.0)"),
+        "patch_builtins": ("import builtins\n"
+                           "builtins.abs = lambda x: 0.0\n"
+                           "builtins.all = builtins.any = lambda iterable: True\n" + answers_code(instructor, "0.5")),
+    }
+
+
+@pytest.mark.slow
+def test_tampering_scores_zero_on_every_exercise_chapter(tmp_path):
+    """On every exercise chapter, each of the five tampering students (asserts stripped from the input or
+    from the syntax tree; lib patched; every answer a float subclass that passes every comparison;
+    builtins patched), each answering every name of the chapter's solution, scores 0 under scripts/grade.sh
+    (nbgrader's grading rule, each check in a clean process fed the answers as data)."""
+    chapters = course.exercise_chapters()
+    assert len(chapters) >= 11
+    paths = []
+    for p in chapters:
+        instructor = nbformat.read(p, as_version=4)
+        funcs, names = solution_names(instructor)
+        assert funcs or names, p.name
+        released = course.student_version(instructor)
+        for k, code in chapter_cheats(instructor).items():
+            (tmp_path / k).mkdir(exist_ok=True)
+            nbformat.write(cheat_notebook(released, code), tmp_path / k / p.name)
+            paths.append(tmp_path / k / p.name)
+    half = len(paths) // 2
+    procs = [subprocess.Popen(["bash", str(ROOT / "scripts" / "grade.sh"), *map(str, part)], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**ENV, "OMP_NUM_THREADS": "1"}) for part in (paths[:half], paths[half:])]
+    outs = [pr.communicate(timeout=3000) for pr in procs]
+    assert all(pr.returncode == 0 for pr in procs), [e[-3000:] for _, e in outs]
+    lines = "".join(o for o, _ in outs).strip().splitlines()
+    assert len(lines) == len(paths)
+    scores = [re.match(r"^(\S+): (\S+)/(\S+)", line).groups() for line in lines]
+    assert all(float(s) == 0 and float(m) > 0 for _, s, m in scores), [
+        (str(p.parent.name), line) for p, line in zip(paths, lines) if not line.split(": ")[1].startswith("0/")]
+
+
+@pytest.mark.slow
+def test_chapter_cheats_gain_points_in_the_students_kernel(tmp_path):
+    """The control of the test above, on chapter 4: run in the student's own kernel, the asserts stripped
+    from the input or from the syntax tree pass checks (5 of 8 when measured), so that test tests the clean
+    runs, not cheats that fail by themselves."""
+    p = course.BOOK / "04_value_step.ipynb"
+    instructor = nbformat.read(p, as_version=4)
+    released = course.student_version(instructor)
+    cheats = chapter_cheats(instructor)
+    for k in ("strip_input", "strip_ast"):
+        nb = cheat_notebook(released, cheats[k])
+        course.restore_checks(nb, instructor)
+        got, max_score = course.score(course.execute(nb, tmp_path), instructor)
+        assert 0 < got < max_score == 8, (k, got, max_score)
