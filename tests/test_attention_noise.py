@@ -79,6 +79,12 @@ def test_variance_formula_structure():
     F1, F2 = k_noise.fluctuation_coefficients(mom)
     for N in (10 ** 4, 10 ** 6):                 # N^2 Var - F1 N -> F2
         assert N ** 2 * k_noise.k_noise_variance(mom, N)["perp"] - F1 * N == pytest.approx(F2, rel=1e-2, abs=1e-6 * F1 * N)
+    # exactly: N^2 Var = F1 N + F2 + (2 psi - pair + self - 2 cross) / N (expand the variance formula's numerator)
+    m = mom["perp"]
+    rest = 2 * m["psi"] - m["pair"] + m["self"] - 2 * m["cross"]
+    for N in (2, 7, 100):
+        got = N * (N ** 2 * k_noise.k_noise_variance(mom, N)["perp"] - F1 * N - F2)
+        assert got == pytest.approx(rest, rel=1e-6, abs=1e-9 * m["psi"])
     with pytest.raises(ValueError, match="form"):
         k_noise.fluctuation_coefficients(mom, "diag")
     x = [theory.excess_noise(N, 32, 16, 8, F1, F2) for N in (1e4, 1e6)]

@@ -446,7 +446,7 @@ def chapter_cheats(instructor) -> dict:
 def test_tampering_scores_zero_on_every_exercise_chapter(tmp_path):
     """On every exercise chapter, each of the five tampering students (asserts stripped from the input or
     from the syntax tree; lib patched; every answer a float subclass that passes every comparison;
-    builtins patched), each answering every name of the chapter's solution, scores 0 under scripts/grade.sh
+    builtins patched; the last three answering every name of the chapter's solutions) scores 0 under scripts/grade.sh
     (nbgrader's grading rule, each check in a clean process fed the answers as data)."""
     chapters = course.exercise_chapters()
     assert len(chapters) >= 11

@@ -166,3 +166,14 @@ def test_shipped_requirements_with_predictions():
         assert r["inside"] == theory.derived_range(*args, float(r["trig"]))
         assert r["cal"] == theory.attention_law(*args, r["trig"])
         assert r["lo"] <= r["req"] <= r["hi"] and r["fp_gm"] > 0
+
+
+def test_the_smallest_sizes_are_accepted_and_one_below_each_is_refused():
+    """V >= 2, d >= 1, L >= 2: the smallest sizes give finite terms, and one below any of them is refused with
+    an error naming it."""
+    for trig in (True, False):
+        t = cd.derived_terms(2, 1, 2, trig)
+        assert all(math.isfinite(v) for v in t.values()) and t["r_inf2"] == 1.0
+    for args, name in (((1, 1, 2), "V"), ((2, 0, 2), "d"), ((2, 1, 1), "L")):
+        with pytest.raises(ValueError, match=f"^{name} must be"):
+            cd.derived_terms(*args)

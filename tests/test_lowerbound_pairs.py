@@ -63,6 +63,9 @@ def test_the_floor_is_the_minimum_and_falls_with_N(moments):
         X, B = lp.pair_noise_floor(m, N)
         assert X <= prev + 1e-12
         prev = X
+        if N == 1:                 # one sample has no pairs: A = 0, so B = 1 / (1 + beta) and X is that member's noise
+            assert abs(B * (1 + m["beta"]) - 1) < 1e-12
+            assert abs(lp.member_noise(m, 1, 0.0, 1.0) - X) < 1e-9 * max(1, abs(X))
         if N > 1:
             A = 1 - (1 + m["beta"]) * B
             assert abs(lp.member_noise(m, N, A, B) - X) < 1e-9 * max(1, abs(X))

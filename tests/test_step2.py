@@ -219,3 +219,14 @@ def test_finite_step_pool_cosines_are_cosines():
     acc_lim, acc1, cos1, acc2, cos2 = rows[0]
     assert all(0 <= a <= 1 for a in (acc_lim, acc1, acc2))
     assert all(abs(c) <= 1 + 1e-5 for c in (cos1, cos2)) and cos1 > 0.99
+
+
+def test_softmax_focus_is_the_mean_field_weight_by_quadrature():
+    """The heuristic replaces sum_t exp(lam X_t) by its mean (L - 1) E exp(lam X), X ~ N(0, 1/d); that mean by
+    Gauss-Hermite quadrature (60 nodes: exact to rounding for these lam^2/d) gives the same weight."""
+    x, w = np.polynomial.hermite_e.hermegauss(60)
+    w = w / w.sum()
+    for lam, L, d in ((0.5, 2, 1), (3.0, 16, 64), (7.0, 256, 20), (12.0, 5, 300)):
+        mean_exp = float((w * np.exp(lam * x / math.sqrt(d))).sum())
+        want = 1 / (1 + (L - 1) * math.exp(-lam) * mean_exp)
+        assert float(theory.softmax_focus(lam, L, d)) == pytest.approx(want, rel=1e-10)
