@@ -238,6 +238,7 @@ def test_class_accuracy_path_best_is_one_exactly_where_y_points_away():
     (dict(cfg="V=32"), "cfg"),
     (dict(cfg=lib.TaskConfig(V=32, d=8, L=6, trigger_in_value=False)), "trigger_in_value"),
     (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns=[4, 2]), "Ns"),
+    (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns=[2, 2, 3]), "Ns"),          # a repeated N: not strictly increasing
     (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns=[]), "Ns"),
     (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns=[0, 3]), "Ns"),
     (dict(cfg=lib.TaskConfig(V=32, d=8, L=6), Ns="123"), "Ns"),
