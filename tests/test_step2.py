@@ -105,7 +105,7 @@ def test_noise_ratios_and_sampled_focus_draw_from_the_generator_in_order():
     assert abs(f - float(theory.softmax_focus(3.0, 16, 64))) < 0.05
 
 
-def test_snr_rows_critical_n_fit_and_pool_shapes():
+def test_snr_rows_critical_n_fit_and_pool_shapes(capsys):
     rows = [(16, 4, 32), (16, 4, 64)]
     snr = step2.snr_rows(rows, 32, 2, 1, [True, False])
     assert snr.shape == (2, 2, 3) and np.isfinite(snr[0, 0]).all() and np.isnan(snr[1, :, 2]).all() and np.isnan(snr[0, 1, 2])
@@ -116,6 +116,14 @@ def test_snr_rows_critical_n_fit_and_pool_shapes():
     assert list(out) == [(16, 4)] and out[16, 4].shape == (2,)
     pool = step2.accuracy_pool(lib.TaskConfig(V=32, d=16, L=4, device="cpu"), (8, 64), range(2))
     assert pool.shape == (2, 2) and ((0 <= pool) & (pool <= 1)).all()
+    # the table prints a row per (d, L, N), "-" where no batch was measured; a snr of another shape is refused
+    step2.snr_table(rows, snr, [0.9, 0.95], [1.0, 1.0], 1)
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 + len(rows) and printed[-1].split("|")[0].split() == ["16", "4", "64"]
+    assert printed[-1].rstrip().endswith("-") and not printed[-2].rstrip().endswith("-")
+    for bad in (snr[0], snr[:1], snr[..., None]):
+        with pytest.raises(ValueError, match="snr must be"):
+            step2.snr_table(rows, bad, [0.9, 0.95], [1.0, 1.0], 1)
 
 
 def test_nstar_fit_reports_the_exponents():
