@@ -151,3 +151,19 @@ def test_hebbian_scores_and_margins_are_the_memories_scores_in_order():
                        (lambda: hebbian_margins(6, 5, 1), "memories"), (lambda: hebbian_scores(6, 5, [0], "cube"), "embedding")):
         with pytest.raises(ValueError, match=name):
             call()
+
+
+def test_trigger_bias_variance_at_small_sizes_by_direct_sampling():
+    """E[b_k^2] = (d + V + 1)/d^2 where the + 1 is a large share (V = 2, d = 4: 7/16 against 8/16 without
+    it): b_k = sum_j (u_k . u_j)(e_j . z), everything N(0, I/d), sampled directly (400,000 draws), within
+    five standard errors of the mean of b^2."""
+    g = torch.Generator().manual_seed(0)
+    for V, d in ((2, 4), (3, 2)):
+        n = 400_000
+        U, E = (torch.randn(n, V, d, generator=g, dtype=torch.float64) / d ** 0.5 for _ in range(2))
+        z = torch.randn(n, d, 1, generator=g, dtype=torch.float64) / d ** 0.5
+        b = (U @ U.transpose(1, 2) @ (E @ z)).flatten()           # b_k for every k of every draw
+        b2 = b.pow(2).reshape(n, V).mean(1)                        # independent across draws
+        se = float(b2.std()) / n ** 0.5
+        assert abs(float(b2.mean()) - trigger_bias_var(V, d)) < 5 * se, (V, d, float(b2.mean()), se)
+        assert abs((d + V + 2) / d ** 2 - trigger_bias_var(V, d)) > 10 * se      # the + 1 is resolved

@@ -238,3 +238,11 @@ def test_softmax_focus_is_the_mean_field_weight_by_quadrature():
         mean_exp = float((w * np.exp(lam * x / math.sqrt(d))).sum())
         want = 1 / (1 + (L - 1) * math.exp(-lam) * mean_exp)
         assert float(theory.softmax_focus(lam, L, d)) == pytest.approx(want, rel=1e-10)
+
+
+def test_self_noise_ratios_take_the_smallest_sizes_and_refuse_one_below():
+    out = step2.self_noise_ratios(2, 1, 1, torch.Generator().manual_seed(0))
+    assert len(out) == 1 and math.isfinite(out[0]) and out[0] >= 0
+    for args, name in (((1, 1, 1), "V"), ((2, 0, 1), "d"), ((2, 1, 0), "draws")):
+        with pytest.raises(ValueError, match=f"^{name} must be"):
+            step2.self_noise_ratios(*args, torch.Generator().manual_seed(0))
