@@ -10,6 +10,7 @@ as a control, in their own kernel: with them, 8 tests took 10 minutes on two loa
 """
 
 import copy
+import functools
 import csv
 import importlib.util
 import html as html_lib
@@ -122,6 +123,21 @@ def _fill(released, source, labels, answers=True):
 # Execute each of them gained points (a, b: every check; c: the two checks that call lib.evaluate; d: the
 # four float checks; e: the three checks that use abs); with the checks run in a clean process
 # (scripts/course_guard.py) each scores 0 on every exercise.
+# a float that passes every comparison, subtracts to 0 and counts down when converted: the class alone
+MAGIC = ('class Magic(float):\n'
+         '    _n = 1e6\n'
+         '    def _true(self, other):\n'
+         '        return True\n'
+         '    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = _true\n'
+         '    __hash__ = float.__hash__\n'
+         '    def __sub__(self, other):\n'
+         '        return Magic(0.0)\n'
+         '    __rsub__ = __sub__\n'
+         '    def __abs__(self):\n'
+         '        return Magic(0.0)\n'
+         '    def __float__(self):\n'
+         '        Magic._n -= 1\n'
+         '        return Magic._n\n')
 CHEATS = {
     "strip_input": ('import re\n'
                     'get_ipython().input_transformers_post.append(\n'
@@ -135,20 +151,7 @@ CHEATS = {
                   'lib.evaluate = lambda *a, **k: types.SimpleNamespace(acc=1.0, att_acc=1.0, oracle_acc=0.5)\n'
                   'beta_min = 0.0\n'
                   'with_trig = without_trig = 0.5'),
-    "magic_float": ('class Magic(float):\n'
-                    '    _n = 1e6\n'
-                    '    def _true(self, other):\n'
-                    '        return True\n'
-                    '    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = _true\n'
-                    '    __hash__ = float.__hash__\n'
-                    '    def __sub__(self, other):\n'
-                    '        return Magic(0.0)\n'
-                    '    __rsub__ = __sub__\n'
-                    '    def __abs__(self):\n'
-                    '        return Magic(0.0)\n'
-                    '    def __float__(self):\n'
-                    '        Magic._n -= 1\n'
-                    '        return Magic._n\n'
+    "magic_float": (MAGIC +
                     'beta_min, bayes_exact, with_trig, without_trig = Magic(4.0), Magic(0.9), Magic(0.5), Magic(0.5)\n'
                     'def keyed_bias_var(V, d):\n'
                     '    return Magic(1.0)\n'
@@ -396,9 +399,6 @@ def test_tampering_defeats_checks_run_in_the_students_kernel(mock_course, tmp_pa
 # are built from each chapter's solution code: every public name it assigns gets a value, every function it
 # defines returns one, so each check finds the names it reads and only the grading can refuse them.
 
-MAGIC = CHEATS["magic_float"].split("beta_min,")[0]          # the class only: a float that passes every comparison
-
-
 def solution_names(instructor) -> tuple[list[str], list[str]]:
     """(functions, variables): the public top-level names the chapter's solution code defines."""
     import ast
@@ -417,9 +417,8 @@ def solution_names(instructor) -> tuple[list[str], list[str]]:
     return public(funcs), public(names - funcs)
 
 
-def answers_code(instructor, value: str) -> str:
-    """Lines that give every answer name of the chapter `value` and make every answer function return it."""
-    funcs, names = solution_names(instructor)
+def answers_code(funcs: list[str], names: list[str], value: str) -> str:
+    """Lines that give every answer name `value` and make every answer function return it."""
     lines = [f"def {f}(*args, **kwargs):\n    return {value}" for f in funcs]
     lines += [f"{n} = {value}" for n in names]
     return "\n".join(lines)
@@ -427,6 +426,7 @@ def answers_code(instructor, value: str) -> str:
 
 def chapter_cheats(instructor) -> dict:
     """The five tampering students of CHEATS, for any chapter."""
+    answers = functools.partial(answers_code, *solution_names(instructor))
     return {
         "strip_input": CHEATS["strip_input"],
         "strip_ast": CHEATS["strip_ast"],
@@ -434,11 +434,11 @@ def chapter_cheats(instructor) -> dict:
                       "for _m in (lib, lib.theory):\n"
                       "    for _k in dir(_m):\n"
                       "        if not _k.startswith('_') and callable(getattr(_m, _k)):\n"
-                      "            setattr(_m, _k, lambda *a, **k: 1.0)\n" + answers_code(instructor, "1.0")),
-        "magic_float": MAGIC + answers_code(instructor, "Magic(1.0)"),
+                      "            setattr(_m, _k, lambda *a, **k: 1.0)\n" + answers("1.0")),
+        "magic_float": MAGIC + answers("Magic(1.0)"),
         "patch_builtins": ("import builtins\n"
                            "builtins.abs = lambda x: 0.0\n"
-                           "builtins.all = builtins.any = lambda iterable: True\n" + answers_code(instructor, "0.5")),
+                           "builtins.all = builtins.any = lambda iterable: True\n" + answers("0.5")),
     }
 
 
@@ -468,9 +468,9 @@ def test_tampering_scores_zero_on_every_exercise_chapter(tmp_path):
     assert all(pr.returncode == 0 for pr in procs), [e[-3000:] for _, e in outs]
     lines = "".join(o for o, _ in outs).strip().splitlines()
     assert len(lines) == len(paths)
-    scores = [re.match(r"^(\S+): (\S+)/(\S+)", line).groups() for line in lines]
-    assert all(float(s) == 0 and float(m) > 0 for _, s, m in scores), [
-        (str(p.parent.name), line) for p, line in zip(paths, lines) if not line.split(": ")[1].startswith("0/")]
+    scores = [re.match(r"^\S+: (\S+)/(\S+)", line).groups() for line in lines]
+    assert all(float(s) == 0 and float(m) > 0 for s, m in scores), [
+        (p.parent.name, line) for p, line, (s, m) in zip(paths, lines, scores) if not (float(s) == 0 and float(m) > 0)]
 
 
 @pytest.mark.slow
