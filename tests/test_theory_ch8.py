@@ -269,3 +269,25 @@ def test_mlp_signal_quantiles_true_law():
     assert T.mlp_predicted_capacity(64, 256, "he3") < c_s <= T.mlp_predicted_capacity(64, 256, "he3", kappa_fluctuation=False)
     with pytest.raises(ValueError):
         T.mlp_predicted_accuracy(64, 64, 256, math.inf, "he3", kappa_fluctuation="gamma")
+
+
+@pytest.mark.parametrize("activation,trigger_in_value", [("relu", True), ("relu", False)])
+def test_readout_moment_by_direct_sampling(activation, trigger_in_value):
+    # the readout term of mlp_term_moments sampled from its definition, (u_k . u_y)^2 (nu kappa_xx - b_0)^2 / S^2:
+    # u_k, u_y independent N(0, I/d), nu = n / lambda with n ~ Poisson(N / V), kappa_xx a mean of m sigma(g)^2.
+    # At V / N = 2 and m = 4 the count factor (1 + V/N = 3), the kernel's spread (1 + v) and -2 K1 b0 each move it
+    # by far more than the sampling error; the tolerance is 4 standard errors of the sampled mean. The trigger in
+    # the value path changes b_0 = K(beta) (0.30 against 0.16), not the input's own kernel value
+    from lib.core.featuremaps import ACTIVATIONS
+    V, d, m, N, n = 64, 16, 4, 32, 600_000
+    p = T.mlp_signal_parts(activation, 1.0, trigger_in_value)
+    g = torch.Generator().manual_seed(20261205)
+    uk, uy = (torch.randn(n, d, generator=g, dtype=torch.float64) / math.sqrt(d) for _ in range(2))
+    nu = torch.poisson(torch.full((n,), N / V, dtype=torch.float64), generator=g) / (N / V)
+    z = torch.randn(n, m, generator=g, dtype=torch.float64)       # w . o_x for a unit input, whatever the trigger
+    kappa = ACTIVATIONS[activation][0](z).pow(2).mean(1)          # (the trigger moves b_0 only)
+    x = ((uk * uy).sum(1) * (nu * kappa - p["b0"]) / p["S"]) ** 2
+    mean, se = float(x.mean()), float(x.std() / math.sqrt(n))
+    pred = T.mlp_term_moments(V, d, m, N, activation, trigger_in_value=trigger_in_value)["readout"]
+    assert abs(mean - pred) < 4 * se, (mean, pred, se)
+    assert se < 0.02 * pred                              # the sampling resolves it to 2 %
