@@ -77,7 +77,8 @@ it). Chapter in brackets.
     task           subjects, relations, the fact table, the sampler
     models         FactTransformer (one layer, heads, MLP), LinearAttention, parameter counts
     training       online Adam / SGD with logged metrics
-    capacity       the smallest model reaching a threshold, trained points in a FactStore
+    stacked        many models trained as one stack (equal to one at a time within round-off)
+    capacity       the smallest model reaching a threshold (many searches at once), trained points in a FactStore
     reference      their sequential-learning run at their settings; their stored curve
   plotting      figure helpers with the book's colours                                       [all]
   cli           `python -m lib train | nstar | sweep`

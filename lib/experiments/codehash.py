@@ -20,7 +20,8 @@ from ..core.config import check_choice
 
 LIB_ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
 CODE_ENTRIES = {"points": ("experiments.experiment",),                       # three-step and trained points
-                "factual": ("factual.task", "factual.models", "factual.training")}   # chapter 11's models
+                "factual": ("factual.task", "factual.models", "factual.training"),   # chapter 11's models
+                "factual_stacked": ("factual.stacked",)}    # the same, trained many at once (route "stacked")
 
 
 def _module_file(root: str, dotted: str) -> str | None:

@@ -6,8 +6,9 @@ One module per part of the task; every name is re-exported here, so `lib.factual
   models    the models: `FactTransformer` (one layer, H heads, MLP), `LinearAttention`;     [11]
             `param_counts`
   training  online Adam / SGD with logged metrics (`train_facts`, `FactHistory`, `plateau`) [11]
-  capacity  the smallest model reaching a threshold (`smallest_model`), trained points      [11]
-            kept in a `FactStore`
+  stacked   many models trained as one (`train_stacked`, `StackedFacts`)                    [11]
+  capacity  the smallest model reaching a threshold (`smallest_model`; many searches at once:  [11]
+            `smallest_models`), trained points kept in a `FactStore`
   reference their sequential-learning run at their settings (`nichani_sequential_run`) and   [11]
             the stored run of their code (`load_nichani_reference`), the book's stored runs
             (`load_nichani_book_runs`)
@@ -22,7 +23,9 @@ from .task import (FactBatch, FactTask, TABLES, fact_table, relation_only, relat
 from .models import (FACT_EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, block_param_counts,
                      embeddings, param_counts)
 from .training import FactHistory, FACT_OPTIMIZERS, SCHEDULES, FactTrainConfig, metrics, plateau, train_facts
+from .stacked import QUERY_ROUTE_DH, StackedFacts, stackable, train_stacked
 from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, DIRECT_GRID, budget_effect, direct_search, noise_point, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
-                       grid_search, smallest_model, trained_point)
+                       grid_search, grid_searches, point_key, ROUTES, smallest_model, smallest_models, trained_point,
+                       trained_points)
 from .reference import (NICHANI_RUN, NICHANI_TASK, count_logits, load_nichani_book_runs, load_nichani_reference,
                         nichani_sequential_run, nichani_task, sample_counts, sequence_counts)

@@ -30,6 +30,7 @@ from .training import FactTrainConfig, train_facts
 
 
 BLOCKS = ("attention", "mlp")
+ROUTES = ("single", "stacked")
 
 
 # ------------------------------------------------------------------------------ capacity, with a cache
@@ -40,7 +41,7 @@ POINT_RESULT = ("step", "loss", "acc", "rel_acc", "sub_acc", "kl", "max_acc", "p
 
 def _fact_shape(key: dict, result: dict) -> bool:
     """A trained point of `trained_point`: its key fields and its result fields, nothing else."""
-    return set(key) - {"draw"} == set(POINT_KEY) and set(result) == set(POINT_RESULT)
+    return set(key) - {"draw", "route"} == set(POINT_KEY) and set(result) == set(POINT_RESULT)
 
 
 class FactStore:
@@ -74,22 +75,67 @@ class FactStore:
         return len(self.data)
 
 
+def point_key(task: FactTask, model_cfg: FactModelConfig, train_cfg: FactTrainConfig, route: str = "single") -> dict:
+    """The store key of a trained point: everything that fixes its numbers. `route` "single" (`train_facts`, one
+    model at a time: the shipped stores' route) or "stacked" (`lib.factual.stacked.train_stacked`: equal within
+    float round-off, not bit for bit, so its points are kept apart, under that route's own code hash)."""
+    check_choice("route", route, ROUTES)
+    key = {"task": asdict(task), "model": asdict(model_cfg), "train": asdict(train_cfg), "kind": "FactTransformer",
+           "code": code_hash("factual" if route == "single" else "factual_stacked")}
+    if route != "single":
+        key["route"] = route
+    if get_draw():                      # another draw (lib.core.seed.set_draw): other numbers, other key
+        key["draw"] = get_draw()
+    return key
+
+
+def _result(model: FactTransformer, hist) -> dict:
+    return {**hist.final(), "max_acc": max(hist.acc), "params": param_counts(model)["trainable"], "seconds": hist.seconds}
+
+
 def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: FactTrainConfig,
                   store: FactStore | None = None, device: str = "cpu") -> dict:
     """Train one model (or read it from `store`): the final FactHistory entry, `params` (trainable),
     `max_acc` (best logged test accuracy) and `seconds`. The device is not part of the key."""
-    key = {"task": asdict(task), "model": asdict(model_cfg), "train": asdict(train_cfg),
-           "kind": "FactTransformer", "code": code_hash("factual")}
-    if get_draw():                      # another draw (lib.core.seed.set_draw): other numbers, other key
-        key["draw"] = get_draw()
+    key = point_key(task, model_cfg, train_cfg)
     if store is not None and (hit := store.get(key)) is not None:
         return hit
     model = FactTransformer(task, model_cfg)
-    hist = train_facts(model, train_cfg, device=device)
-    out = {**hist.final(), "max_acc": max(hist.acc), "params": param_counts(model)["trainable"],
-           "seconds": hist.seconds}
+    out = _result(model, train_facts(model, train_cfg, device=device))
     if store is not None:
         store.put(key, out)
+    return out
+
+
+def trained_points(requests, train_cfg: FactTrainConfig, store: FactStore | None = None, device: str = "cpu",
+                   stack: int = 16) -> list:
+    """`trained_point` of every (task, model_cfg) of `requests`, route "stacked": the points not in `store` trained
+    together by `lib.factual.stacked.train_stacked`, at most `stack` models a stack, models that can share one
+    grouped and sorted by size (a stack pads every model to its largest)."""
+    from .stacked import train_stacked
+    stack = check_int("stack", stack, 1)
+    if not isinstance(train_cfg, FactTrainConfig):
+        raise ValueError(f"train_cfg must be a FactTrainConfig, got {type(train_cfg).__name__}")
+    requests = list(requests)
+    for r in requests:
+        if not (isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], FactTask) and isinstance(r[1], FactModelConfig)):
+            raise ValueError("requests must be (FactTask, FactModelConfig) pairs")
+    keys = [point_key(t, c, train_cfg, "stacked") for t, c in requests]
+    out = [store.get(k) if store is not None else None for k in keys]
+    groups: dict = {}
+    for i, hit in enumerate(out):
+        if hit is None:
+            t, c = requests[i]
+            groups.setdefault((c.d, c.d_h, c.values, c.activation, c.train_embeddings, t.T, t.n_answers), []).append(i)
+    for idx in groups.values():
+        idx.sort(key=lambda i: (requests[i][1].H, requests[i][1].m))
+        for j in range(0, len(idx), stack):
+            part = idx[j:j + stack]
+            models = [FactTransformer(*requests[i]) for i in part]
+            for i, m, h in zip(part, models, train_stacked(models, train_cfg, device=device)):
+                out[i] = _result(m, h)
+                if store is not None:
+                    store.put(keys[i], out[i])
     return out
 
 
@@ -112,26 +158,100 @@ def block_config(block: str, n: int, d: int, d_h: int, unit: int, seed: int = 0,
 def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: FactTrainConfig, *, d: int,
                    d_h: int = 8, unit: int = 1, n_max: int = 64, resolution: float = 1e-9, seed: int = 0,
                    heads: int = 0,
-                   store: FactStore | None = None, device: str = "cpu") -> dict:
+                   store: FactStore | None = None, device: str = "cpu", point=None) -> dict:
     """Smallest n (heads, or MLP width in units of `unit`) whose trained model reaches `threshold`
     (best logged test accuracy), by lib.core.search.threshold_search (doubling, then bisection until the
     bracket is within `resolution` of n; the default is unit resolution, lib.core.search.smallest_true's);
     assumes success is monotone in n. Returns n (the first success found), the last failure below it,
     the model's trainable parameters and the grown block's own parameters; n = None when n_max is not
-    enough. `heads`: see `block_config` (block "mlp" only)."""
+    enough. `heads`: see `block_config` (block "mlp" only). `point`: what trains (or reads) one model, called as
+    `trained_point` is (its default); `smallest_models` passes the one that trains many searches' models together."""
     check_choice("block", block, BLOCKS)
     threshold = check_float("threshold", threshold, 0.0, 1.0)
     _check_task(task)
     if store is None:
         store = FactStore()
 
+    train = trained_point if point is None else point
+
     def ok(n):
-        return trained_point(task, block_config(block, n, d, d_h, unit, seed, heads=heads), train_cfg, store, device)["max_acc"] >= threshold
+        return train(task, block_config(block, n, d, d_h, unit, seed, heads=heads), train_cfg, store, device)["max_acc"] >= threshold
     br = threshold_search(ok, 1, check_int("n_max", n_max, 1), resolution)
     if br.first_true is None:
         return {"n": None, "last_false": br.last_false, "params": None, "block_params": None}
     c = param_counts(FactTransformer(task, block_config(block, br.first_true, d, d_h, unit, seed, heads=heads)))
     return {"n": br.first_true, "last_false": br.last_false, "params": c["trainable"], "block_params": c[block]}
+
+
+def smallest_models(jobs, store: FactStore | None = None, device: str = "cpu", stack: int = 16) -> list:
+    """`smallest_model(**job)` for every job (a dict of its arguments: task, block, threshold, train_cfg, d and the
+    optional ones), all searches at once: each runs as `smallest_model` does, but whenever every search waits
+    for a model, the models they wait for are trained together (`trained_points`, route "stacked", at most
+    `stack` a stack). The answers are those of the searches one at a time, up to the stacked route's float
+    round-off (a model right at the threshold could land on the other side). The searches run in threads
+    that only wait on each other; the training runs in the caller's thread."""
+    import threading
+
+    jobs = list(jobs)
+    if not all(isinstance(j, dict) for j in jobs):
+        raise ValueError("jobs must be dicts of smallest_model's arguments")
+    if any(k in j for j in jobs for k in ("store", "device", "point")):
+        raise ValueError("jobs must not set store, device or point: smallest_models sets them")
+    stack = check_int("stack", stack, 1)
+    cond = threading.Condition()
+    pending: list = []
+    state = {"active": len(jobs)}
+    results, errors = [None] * len(jobs), []
+
+    def point(task, model_cfg, train_cfg, _store, _device):
+        req = {"task": task, "model": model_cfg, "train": train_cfg, "out": None}
+        with cond:
+            pending.append(req)
+            cond.notify_all()
+            while req["out"] is None:
+                cond.wait()
+        if isinstance(req["out"], BaseException):
+            raise req["out"]
+        return req["out"]
+
+    def run(i, job):
+        try:
+            results[i] = smallest_model(**job, store=store, device=device, point=point)
+        except BaseException as e:                      # reported to the caller after every search has ended
+            errors.append(e)
+        finally:
+            with cond:
+                state["active"] -= 1
+                cond.notify_all()
+
+    threads = [threading.Thread(target=run, args=(i, j), daemon=True) for i, j in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    while True:
+        with cond:
+            while state["active"] and len(pending) < state["active"]:
+                cond.wait()
+            if not state["active"]:
+                break
+            batch = list(pending)
+            pending.clear()
+        by_train: dict = {}
+        for req in batch:
+            by_train.setdefault(canonical(asdict(req["train"])), []).append(req)
+        for reqs in by_train.values():
+            try:
+                got = trained_points([(r["task"], r["model"]) for r in reqs], reqs[0]["train"], store, device, stack)
+            except BaseException as e:                  # every search waiting on these gets the error
+                got = [e] * len(reqs)
+            with cond:
+                for r, g in zip(reqs, got):
+                    r["out"] = g
+                cond.notify_all()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 # ------------------------------------------------------------------------------ chapter 11's capacity grid
@@ -200,16 +320,30 @@ def grid_block_params(block: str, n: int) -> int:
     return block_param_counts(block_config(block, n, g["d"], g["d_h"], g["unit"]))[block]
 
 
+def _grid_job(block: str, S: int, seed: int, steps: int | None = None) -> dict:
+    """`smallest_model`'s arguments at one point of CAPACITY_GRID (`steps`: another step budget; None: the grid's 1000)."""
+    check_choice("block", block, BLOCKS)
+    g = CAPACITY_GRID
+    train_cfg = g["train"] if steps is None else replace(g["train"], steps=check_int("steps", steps, 1))
+    return {"task": _grid_task(S, seed), "block": block, "threshold": g["threshold"], "train_cfg": train_cfg, "d": g["d"],
+            "d_h": g["d_h"], "unit": g["unit"], "n_max": g["n_max"][block], "resolution": g["resolution"], "seed": seed}
+
+
 def grid_search(block: str, S: int, seed: int, store: FactStore | None = None, device: str = "cpu",
                 steps: int | None = None) -> dict:
     """`smallest_model` at one point of CAPACITY_GRID: the task (S, R, D, T) with this seed, the block's
     model family and n_max, the grid's training (`steps`: another step budget; None: the grid's 1000); the
     result of `smallest_model`."""
-    check_choice("block", block, BLOCKS)
-    g = CAPACITY_GRID
-    train_cfg = g["train"] if steps is None else replace(g["train"], steps=check_int("steps", steps, 1))
-    return smallest_model(_grid_task(S, seed), block, g["threshold"], train_cfg, d=g["d"], d_h=g["d_h"], unit=g["unit"],
-                          n_max=g["n_max"][block], resolution=g["resolution"], seed=seed, store=store, device=device)
+    return smallest_model(**_grid_job(block, S, seed, steps), store=store, device=device)
+
+
+def grid_searches(points, store: FactStore | None = None, device: str = "cpu", stack: int = 16) -> list:
+    """`grid_search` at every (block, S, seed) or (block, S, seed, steps) of `points`, all at once
+    (`smallest_models`: the models the searches wait for trained together, route "stacked")."""
+    points = list(points)
+    if not all(isinstance(p, tuple) and len(p) in (3, 4) for p in points):
+        raise ValueError("points must be (block, S, seed) or (block, S, seed, steps) tuples")
+    return smallest_models([_grid_job(*p) for p in points], store=store, device=device, stack=stack)
 
 
 def budget_effect(short: dict, long: dict, sizes, seeds, steps=(1000, 3000)) -> tuple:
