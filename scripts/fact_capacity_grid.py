@@ -11,6 +11,10 @@ and the attention searches again at CAPACITY_GRID["budget_steps"] for its "budge
 point is appended to the store (a FactStore: one checksummed line per point, appended under flock), so
 the jobs share one file, a killed run keeps what it trained, and a rerun trains only what is missing.
 Draw 0 first, the largest problems first within a draw. Prints one line per search.
+
+`--stacked`: the same searches by `lib.factual.grid_searches` (route "stacked": each draw's searches in lockstep,
+the models they wait for trained together in stacks of at most --stack), split over --jobs processes per draw;
+its points are stored under that route's key, apart from the one-at-a-time points chapter 11 reads.
 """
 
 from __future__ import annotations
@@ -45,6 +49,32 @@ def _job(args):
     return block, S, seed, steps, draw, r, time.perf_counter() - t0
 
 
+def _stacked_part(args):
+    """One process's share of a draw's searches, all at once (lib.factual.grid_searches); noise points by
+    lib.factual.trained_points."""
+    draw, part, out, device, stack = args
+    import torch
+    torch.set_num_threads(1)
+    from lib.core.seed import set_draw
+    from lib import factual as F
+    from lib.factual.capacity import _grid_task, block_config
+    set_draw(draw)
+    t0 = time.perf_counter()
+    store = F.FactStore(out)
+    searches = [(b, S, s) if steps is None else (b, S, s, steps) for b, S, s, steps in part if b != "noise"]
+    found = dict(zip(searches, F.grid_searches(searches, store=store, device=device, stack=stack)))
+    G, c = F.CAPACITY_GRID, F.DIRECT_GRID["noise"]
+    noise = [(b, S, s, steps) for b, S, s, steps in part if b == "noise"]
+    if noise:
+        pts = F.trained_points([(_grid_task(S, s, n_noise=c["n_noise"]), block_config("mlp", c["width"] // G["unit"], G["d"], G["d_h"],
+                                 G["unit"], s)) for _, S, s, _ in noise], G["train"], store, device, stack)
+        for (b, S, s, steps), p in zip(noise, pts):
+            found[(b, S, s)] = {"n": c["width"] if p["max_acc"] >= G["threshold"] else None, "last_false": None,
+                                "block_params": None}
+    sec = time.perf_counter() - t0
+    return [(b, S, s, steps, draw, found[(b, S, s) if steps is None else (b, S, s, steps)], sec) for b, S, s, steps in part]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -54,7 +84,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=("all", "direct", "noise", "budget"), default="all",
                     help="direct: DIRECT_GRID's searches only; noise: its noise points only; budget: the attention "
                          "searches at CAPACITY_GRID's budget_steps only")
+    ap.add_argument("--stacked", action="store_true", help="each draw's searches at once, models trained in stacks")
+    ap.add_argument("--stack", type=int, default=16, help="with --stacked: models a stack holds at most (default 16)")
     a = ap.parse_args(argv)
+    if a.stack < 1:
+        ap.error("--stack must be at least 1")
     if a.jobs < 1:
         ap.error("--jobs must be at least 1")
     if any(k < 0 for k in a.draws):
@@ -73,6 +107,16 @@ def main(argv=None) -> int:
         jobs += [("noise", D["noise"]["S"], s, None, k, a.out, a.device) for k in a.draws for s in G["seeds"]]
     jobs.sort(key=lambda j: (j[4], -j[1]))          # draw 0 first; within a draw, the largest problems first
     t0 = time.perf_counter()
+    if a.stacked:                                   # per draw, the searches dealt round the processes, largest first
+        parts = [(k, [(b, S, s, st) for b, S, s, st, dk, _, _ in jobs if dk == k][i::a.jobs], a.out, a.device, a.stack)
+                 for k in a.draws for i in range(a.jobs)]
+        with mp.get_context("spawn").Pool(a.jobs) as pool:
+            for rows in pool.imap_unordered(_stacked_part, [p for p in parts if p[1]]):
+                for block, S, seed, steps, draw, r, sec in rows:
+                    print(f"draw {draw} {block:9s} S={S:4d} seed {seed} steps {steps or G['train'].steps}: n = {r['n']} "
+                          f"(last failure {r['last_false']}), block parameters {r['block_params']}  [part: {sec:.0f} s, "
+                          f"{time.perf_counter() - t0:.0f} s in all]", flush=True)
+        return 0
     with mp.get_context("spawn").Pool(a.jobs) as pool:
         for block, S, seed, steps, draw, r, sec in pool.imap_unordered(_job, jobs):
             print(f"draw {draw} {block:9s} S={S:4d} seed {seed} steps {steps or G['train'].steps}: n = {r['n']} (last failure {r['last_false']}),"

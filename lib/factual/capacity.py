@@ -290,14 +290,19 @@ DIRECT_GRID = {"T": 2, "unit": 1, "S": (64, 128, 256, 512, 1024, 2048), "n_max":
                "budget_steps": 3000, "budget_S": (64, 2048), "noise": {"S": 256, "n_noise": 4, "width": 256}}
 
 
+def _direct_job(S: int, seed: int, steps: int | None = None) -> dict:
+    """`smallest_model`'s arguments at one point of DIRECT_GRID (`steps`: another step budget; None: the grid's 1000)."""
+    g, t = CAPACITY_GRID, DIRECT_GRID
+    train_cfg = g["train"] if steps is None else replace(g["train"], steps=check_int("steps", steps, 1))
+    return {"task": _grid_task(S, seed, T=t["T"]), "block": "mlp", "threshold": g["threshold"], "train_cfg": train_cfg,
+            "d": g["d"], "d_h": g["d_h"], "unit": t["unit"], "n_max": t["n_max"], "resolution": g["resolution"], "seed": seed}
+
+
 def direct_search(S: int, seed: int, steps: int | None = None, store: FactStore | None = None,
                   device: str = "cpu") -> dict:
     """`smallest_model` for the "mlp" block at one point of DIRECT_GRID: CAPACITY_GRID's task, model family and
     training with T = 2 and width unit 1 (`steps`: another step budget; None: the grid's 1000)."""
-    g, t = CAPACITY_GRID, DIRECT_GRID
-    train_cfg = g["train"] if steps is None else replace(g["train"], steps=check_int("steps", steps, 1))
-    return smallest_model(_grid_task(S, seed, T=t["T"]), "mlp", g["threshold"], train_cfg, d=g["d"], d_h=g["d_h"], unit=t["unit"],
-                          n_max=t["n_max"], resolution=g["resolution"], seed=seed, store=store, device=device)
+    return smallest_model(**_direct_job(S, seed, steps), store=store, device=device)
 
 
 def noise_point(S: int, seed: int, n_noise: int | None = None, width: int = 64, store: FactStore | None = None,
@@ -339,11 +344,13 @@ def grid_search(block: str, S: int, seed: int, store: FactStore | None = None, d
 
 def grid_searches(points, store: FactStore | None = None, device: str = "cpu", stack: int = 16) -> list:
     """`grid_search` at every (block, S, seed) or (block, S, seed, steps) of `points`, all at once
-    (`smallest_models`: the models the searches wait for trained together, route "stacked")."""
+    (`smallest_models`: the models the searches wait for trained together, route "stacked"); block "direct":
+    `direct_search` at (S, seed[, steps])."""
     points = list(points)
     if not all(isinstance(p, tuple) and len(p) in (3, 4) for p in points):
         raise ValueError("points must be (block, S, seed) or (block, S, seed, steps) tuples")
-    return smallest_models([_grid_job(*p) for p in points], store=store, device=device, stack=stack)
+    jobs = [_direct_job(*p[1:]) if p[0] == "direct" else _grid_job(*p) for p in points]
+    return smallest_models(jobs, store=store, device=device, stack=stack)
 
 
 def budget_effect(short: dict, long: dict, sizes, seeds, steps=(1000, 3000)) -> tuple:
