@@ -138,3 +138,26 @@ def test_capacity_law_default_is_the_derived_requirement():
     assert not law_range(32, 128, 64) and not law_range(256, 512, 64) and not law_range(256, 128, 512)
     assert not law_range(512, 256, 32, 0.99, True)               # the calibrated law says a dozen samples: below MIN_N
     assert attention_law(64, 16, 128, 0.9) > 2 ** 18 and not law_range(64, 16, 128, 0.9)   # beyond the grid's largest N
+
+def test_law_range_bounds_d_by_its_fraction_of_V(monkeypatch):
+    """law_range's d bound is d/V within the calibrated fractions (times V, not divided): with the
+    law's N held inside (1000), V = 256 admits d from 0.125 * 256 = 32 to 256 and nothing outside."""
+    monkeypatch.setattr(ch07_law, "attention_law", lambda *a, **k: 1000.0)
+    lo, hi = calibration()["range"]["d_over_V"]
+    V = 256
+    assert ch07_law.law_range(V, int(lo * V), 16) and ch07_law.law_range(V, int(hi * V), 16)
+    assert not ch07_law.law_range(V, int(lo * V) - 1, 16)
+    assert not ch07_law.law_range(V, 8, 16)
+
+
+def test_derived_range_includes_its_min_N(monkeypatch):
+    """derived_range says "at least min_N": a derived N_att exactly at the floor is inside, one
+    below it is not (the other conditions held true at a point well inside)."""
+    from lib.theory import ch07_capacity
+    args = (256, 128, 16, 0.9, 1.0)
+    n = ch07_capacity.derived_attention_nstar(*args[:4], True)
+    assert ch07_capacity.derived_range(*args) == (n >= ch07_capacity.CHECKED["min_N"])
+    monkeypatch.setitem(ch07_capacity.CHECKED, "min_N", n)
+    assert ch07_capacity.derived_range(*args)
+    monkeypatch.setitem(ch07_capacity.CHECKED, "min_N", math.nextafter(n, math.inf))
+    assert not ch07_capacity.derived_range(*args)

@@ -246,3 +246,21 @@ def test_self_noise_ratios_take_the_smallest_sizes_and_refuse_one_below():
     for args, name in (((1, 1, 1), "V"), ((2, 0, 1), "d"), ((2, 1, 0), "draws")):
         with pytest.raises(ValueError, match=f"^{name} must be"):
             step2.self_noise_ratios(*args, torch.Generator().manual_seed(0))
+
+
+def test_snr_table_prints_the_ratios(capsys):
+    """snr_table's columns, recomputed from made-up arrays: the mean of r, the geometric mean of
+    X / X_der and of X realised / X of E[k] (over the first `batched_problems` problems)."""
+    rows = [(16, 4, 64), (32, 8, 128)]
+    snr = np.empty((2, 3, 3))
+    snr[:, :, 0] = [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]
+    snr[:, :, 1] = [[2.0, 8.0, 4.0], [1.0, 1.0, 8.0]]
+    snr[:, :, 2] = [[6.0, 8.0, 0.0], [3.0, 9.0, 0.0]]
+    step2.snr_table(rows, snr, [0.15, 0.45], [2.0, 4.0], batched_problems=2)
+    lines = [l for l in capsys.readouterr().out.splitlines() if "|" in l][1:]
+    assert len(lines) == 2
+    cols = [[float(t) for t in l.replace("|", " ").split()[3:]] for l in lines]
+    # row 1: mean r 0.2; X/X_der = 1, 4, 2 -> geometric mean 2; realised/X = 3, 1 -> sqrt 3
+    assert cols[0] == pytest.approx([0.2, 0.15, 2.0, math.sqrt(3)], abs=6e-3)
+    # row 2: mean r 0.5; X/X_der = 1/4, 1/4, 2 -> (1/8)^(1/3) = 0.5; realised/X = 3, 9 -> 5.196
+    assert cols[1] == pytest.approx([0.5, 0.45, 0.5, math.sqrt(27)], abs=6e-3)

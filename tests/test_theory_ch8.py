@@ -291,3 +291,20 @@ def test_readout_moment_by_direct_sampling(activation, trigger_in_value):
     pred = T.mlp_term_moments(V, d, m, N, activation, trigger_in_value=trigger_in_value)["readout"]
     assert abs(mean - pred) < 4 * se, (mean, pred, se)
     assert se < 0.02 * pred                              # the sampling resolves it to 2 %
+
+
+def test_centred_relu_coefficients_by_quadrature():
+    """The centred ReLU's Hermite coefficients against 200-node Gauss-Hermite quadrature of
+    max(x, 0) - 1/sqrt(2 pi), a route that shares nothing with sympy's: a_0 = 0 (centred), and every
+    a_k equal to the ReLU's for k >= 1 (a constant moves only a_0)."""
+    x, w = np.polynomial.hermite_e.hermegauss(200)
+    w = w / w.sum()
+    f = np.maximum(x, 0.0) - 1.0 / math.sqrt(2 * math.pi)
+    a = [float(v) for v in T.hermite_coefficients("centred_relu", kmax=4)]
+    r = [float(v) for v in T.hermite_coefficients("relu", kmax=4)]
+    for k in range(5):
+        he = np.polynomial.hermite_e.hermeval(x, [0] * k + [1])
+        assert a[k] == pytest.approx(float((w * f * he).sum()) / math.sqrt(math.factorial(k)), abs=2e-3)
+    assert a[0] == pytest.approx(0.0, abs=1e-12)
+    assert a[1:] == pytest.approx(r[1:], abs=1e-12)
+    assert r[0] == pytest.approx(1.0 / math.sqrt(2 * math.pi), abs=1e-12)
