@@ -11,7 +11,9 @@ model), on one and on two threads:
   stacked  : `lib.factual.stacked.train_stacked` with that one model (same batches; attention through the
              query when d_h > 4);
   stack xM : the same per model, M models of M tasks (seeds) trained in one stack: what a grid gains.
-Prints the table and the ratios peer / stacked and book / stacked. Each time is the median of --rounds rounds
+Prints the table and the ratios peer / stacked and book / stacked. Then the stack's three attention routes
+(`lib.factual.stacked.ROUTES`) forced in turn at each size, per model in a stack of M, beside the one
+`attention_route` picks by default: the measurement behind QUERY_ROUTE_DH and the table rule. Each time is the median of --rounds rounds
 of --steps steps (the test-set evaluation at the first and last step included: n_test = 64).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_fact_stack.py [--peer-python /path/to/python --peer-repo DIR]
@@ -32,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from lib.factual import FactModelConfig, FactTask, FactTrainConfig, FactTransformer, train_facts  # noqa: E402
-from lib.factual.stacked import train_stacked  # noqa: E402
+from lib.factual.stacked import ROUTES, attention_route, train_stacked  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = [  # the comparison's two rows (their run.py's T = 32), then the capacity grid's attention model
@@ -61,6 +63,14 @@ def book_side(z: dict, steps: int, rounds: int, stack: int) -> dict:
         out["stack"] = per_step(lambda: train_stacked([FactTransformer(task(s), mc) for s in range(stack)], cfg),
                                 steps, rounds) / stack
     return out
+
+
+def route_side(z: dict, steps: int, rounds: int, stack: int) -> dict:
+    """Seconds per model-step of a stack of `stack` models (seeds) at size z, on each attention route."""
+    mc = FactModelConfig(d=z["d"], H=z["H"], d_h=z["d_h"], m=z["m"])
+    cfg = FactTrainConfig(steps=steps, batch=z["batch"], lr=1e-3, log_every=steps, n_test=64)
+    models = lambda: [FactTransformer(FactTask(S=z["S"], R=z["R"], D=z["D"], T=z["T"], seed=s), mc) for s in range(stack)]
+    return {r: per_step(lambda: train_stacked(models(), cfg, route=r), steps, rounds) / stack for r in ROUTES}
 
 
 def peer_side(python: str, repo: str, threads: int, steps: int, rounds: int) -> list:
@@ -115,6 +125,15 @@ def main() -> None:
             print(f"{'{S},{R},{D},{T}'.format(**z):>12} {'{d},{H},{d_h},{m}'.format(**z):>14} {z['batch']:>5} {threads:>3} "
                   f"{ms(p)} {ms(b['book'])} {ms(b['stacked'])} {ms(b.get('stack')):>9} "
                   f"{vs_peer:>12} {b['book'] / b['stacked']:11.2f}x", flush=True)
+    print(f"\nattention routes: ms per model-step in a stack of {a.stack} (the default marked *)")
+    print(f"{'S,R,D,T':>12} {'d,H,d_h,m':>14} {'batch':>5} {'thr':>3} " + " ".join(f"{r:>8}" for r in ROUTES))
+    for threads in a.threads:
+        torch.set_num_threads(threads)
+        for z in SIZES:
+            t = route_side(z, a.steps, a.rounds, a.stack)
+            pick = attention_route(z["d_h"], 2 * (z["S"] + z["R"]) + 1, z["batch"] * z["T"])
+            print(f"{'{S},{R},{D},{T}'.format(**z):>12} {'{d},{H},{d_h},{m}'.format(**z):>14} {z['batch']:>5} {threads:>3} "
+                  + " ".join(f"{t[r] * 1e3:7.1f}" + ("*" if r == pick else " ") for r in ROUTES), flush=True)
     if live and a.record:
         recorded["how"] = (f"bench/peer_nichani_step.py on {os.uname().machine}, {len(os.sched_getaffinity(0))} cores, "
                            f"--steps {a.steps} --rounds {a.rounds}")

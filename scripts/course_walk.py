@@ -1,8 +1,8 @@
 """The instructor's walk on one chapter through nbgrader's own pipeline (scripts/course.sh): init, release,
 collect, autograde, export, feedback, with eight students: correct (the instructor's solutions), untouched,
-the five tamperers of tests/test_course_pipeline.py (asserts stripped from the input or the syntax tree, lib
+the five tamperers of scripts/course_students.py (asserts stripped from the input or the syntax tree, lib
 patched, a float subclass that passes every comparison, builtins patched) and a shortcut student (every
-derivation answered by tests/test_course.py's shortcut, every other exercise solved).
+derivation answered by its shortcut there, every other exercise solved). The course tests grade the same students.
 
     .venv/bin/python scripts/course_walk.py 04_value_step /tmp/walk04
 
@@ -11,12 +11,24 @@ shown (a line the student's own submission holds is not counted), the export CSV
 summary.json beside grades.csv. The course's cell time limit is cut from 900 s to 60 s for the walk: a shortcut's
 brute force is stopped there (a cell that runs out of time scores 0 either way).
 """
-import csv, os, re, sys, pathlib, html as html_lib
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+import csv, os, re, subprocess, sys, pathlib, html as html_lib
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nbformat
-import test_course_pipeline as P
-import test_course as TC
-course = P.course
+import course_students as S
+course = S.course
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+
+
+def sh(*args):
+    """One command of scripts/course.sh; stops the walk with its output when it fails."""
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "course.sh"), *map(str, args)], capture_output=True,
+                       text=True, env=ENV)
+    if r.returncode != 0:
+        sys.exit(f"course.sh {args[0]} failed:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
+    return r
+
+
 if len(sys.argv) != 3:
     sys.exit("usage: course_walk.py CHAPTER_STEM OUT_DIR (OUT_DIR new or empty)")
 stem, tmp = sys.argv[1], pathlib.Path(sys.argv[2])
@@ -27,28 +39,28 @@ if tmp.exists() and (not tmp.is_dir() or any(tmp.iterdir())):
 tmp.mkdir(parents=True, exist_ok=True)
 c, subs = tmp / "course", tmp / "SUBMISSIONS"
 chapter = course.BOOK / f"{stem}.ipynb"
-P.sh("init", c, "--id", "walk", "--no-executed", chapter)
+sh("init", c, "--id", "walk", "--no-executed", chapter)
 cfg = c / "nbgrader_config.py"      # brute force at the hidden tests' arguments: stopped after 60 s, not 900
 cfg.write_text(cfg.read_text().replace("c.Execute.timeout = 900", "c.Execute.timeout = 60"))
-P.sh("release", c)
+sh("release", c)
 source = nbformat.read(c / "source" / stem / f"{stem}.ipynb", as_version=4)
 released = nbformat.read(c / "release" / stem / f"{stem}.ipynb", as_version=4)
 labels = sorted({g.rsplit("-check", 1)[0] for g in course.exercise_cells(source) if "-check" in g})
-derivs = [l for l in labels if l in TC.DERIVATIONS]
-shortcut = P._fill(released, source, labels)
+derivs = [l for l in labels if l in S.DERIVATIONS]
+shortcut = S.fill(released, source, labels)
 for cell in shortcut.cells:
     gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
     if gid.endswith("-solution") and gid[: -len("-solution")] in derivs:
-        cell.source = TC.SOLUTION_PRELUDE + TC.SHORTCUTS[gid[: -len("-solution")]]
-students = {"correct": P._fill(released, source, labels), "untouched": released, "shortcut": shortcut,
-            **{f"cheat_{k}": P.cheat_notebook(released, code) for k, code in P.chapter_cheats(source).items()}}
+        cell.source = S.SOLUTION_PRELUDE + S.SHORTCUTS[gid[: -len("-solution")]]
+students = {"correct": S.fill(released, source, labels), "untouched": released, "shortcut": shortcut,
+            **{f"cheat_{k}": S.cheat_notebook(released, code) for k, code in S.chapter_cheats(source).items()}}
 for s, nb in students.items():
     (subs / s).mkdir(parents=True)
     nbformat.write(nb, subs / s / f"{stem}.ipynb")
-P.sh("collect", c, subs)
-P.sh("autograde", c)
-P.sh("export", c, tmp / "grades.csv")
-P.sh("feedback", c)
+sh("collect", c, subs)
+sh("autograde", c)
+sh("export", c, tmp / "grades.csv")
+sh("feedback", c)
 rows = list(csv.DictReader(open(tmp / "grades.csv", newline="")))
 print("derivations:", derivs)
 for s in students:

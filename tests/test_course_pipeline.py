@@ -10,7 +10,6 @@ as a control, in their own kernel: with them, 8 tests took 10 minutes on two loa
 """
 
 import copy
-import functools
 import csv
 import importlib.util
 import html as html_lib
@@ -20,6 +19,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -29,6 +29,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("course", ROOT / "scripts" / "course.py")
 course = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(course)
+sys.path.insert(0, str(ROOT / "scripts"))
+from course_students import (CHEATS, GUESS, chapter_cheats, cheat_notebook,  # noqa: E402
+                             fill as _fill, solution_names)
 
 COURSE_SH = ROOT / "scripts" / "course.sh"
 CHAPTER = ROOT / "book" / "01_task.ipynb"
@@ -101,85 +104,6 @@ def test_plain_nbgrader_release_of_every_chapter_has_no_solution(tmp_path):
         exercises = {c.metadata.nbgrader["grade_id"].split("-check")[0] for c in course.check_cells(released)}
         assert len(fences) == 2 * len(exercises), p.name             # one dropdown per exercise, one check per part
     assert n_answers >= 30
-
-
-def _fill(released, source, labels, answers=True):
-    """The released notebook with the instructor's solutions typed in for the given exercises."""
-    nb = copy.deepcopy(released)
-    ref = course.exercise_cells(source)
-    for c in nb.cells:
-        gid = c.metadata.get("nbgrader", {}).get("grade_id", "")
-        label = gid.rsplit("-", 1)[0]
-        if label not in labels or not nbg_utils.is_solution(c):
-            continue
-        if c.cell_type == "code":
-            c.source = course.SOLUTION_RE.search(ref[gid].source).group(1).strip("\n")
-        elif answers:
-            c.source = ref[gid].source
-    return nb
-
-
-# Students who tamper with grading (chapter 1; nothing, or wrong values, answered). Under nbgrader's own
-# Execute each of them gained points (a, b: every check; c: the two checks that call lib.evaluate; d: the
-# four float checks; e: the three checks that use abs); with the checks run in a clean process
-# (scripts/course_guard.py) each scores 0 on every exercise.
-# a float that passes every comparison, subtracts to 0 and counts down when converted: the class alone
-MAGIC = ('class Magic(float):\n'
-         '    _n = 1e6\n'
-         '    def _true(self, other):\n'
-         '        return True\n'
-         '    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = _true\n'
-         '    __hash__ = float.__hash__\n'
-         '    def __sub__(self, other):\n'
-         '        return Magic(0.0)\n'
-         '    __rsub__ = __sub__\n'
-         '    def __abs__(self):\n'
-         '        return Magic(0.0)\n'
-         '    def __float__(self):\n'
-         '        Magic._n -= 1\n'
-         '        return Magic._n\n')
-CHEATS = {
-    "strip_input": ('import re\n'
-                    'get_ipython().input_transformers_post.append(\n'
-                    '    lambda lines: [re.sub(r"^(\\s*)assert\\b.*$", r"\\1pass", l) for l in lines])'),
-    "strip_ast": ('import ast\n'
-                  'class _NoAsserts(ast.NodeTransformer):\n'
-                  '    def visit_Assert(self, node):\n'
-                  '        return ast.Pass()\n'
-                  'get_ipython().ast_transformers.append(_NoAsserts())'),
-    "patch_lib": ('import types, lib\n'
-                  'lib.evaluate = lambda *a, **k: types.SimpleNamespace(acc=1.0, att_acc=1.0, oracle_acc=0.5)\n'
-                  'beta_min = 0.0\n'
-                  'with_trig = without_trig = 0.5'),
-    "magic_float": (MAGIC +
-                    'beta_min, bayes_exact, with_trig, without_trig = Magic(4.0), Magic(0.9), Magic(0.5), Magic(0.5)\n'
-                    'def keyed_bias_var(V, d):\n'
-                    '    return Magic(1.0)\n'
-                    'bias_beats_signal = False'),
-    "patch_builtins": ('import builtins\n'
-                       'builtins.abs = lambda x: 0.0\n'
-                       'builtins.all = lambda iterable: True\n'
-                       'beta_min, bayes_exact, with_trig, without_trig = 0.0, 0.5, 0.5, 0.5\n'
-                       'def keyed_bias_var(V, d):\n'
-                       '    return float(V)\n'
-                       'bias_beats_signal = False'),
-}
-
-
-# A student who knows (or guesses) every boolean answer of chapter 1 and computes nothing: a boolean part is
-# graded together with the quantity it is about (tests/test_course.py::test_no_check_is_one_boolean), so
-# this student scores 0 too, in any kernel (no tampering: the control below leaves it out).
-GUESS = {"guess_booleans": "below_bound = trigger_costs = bias_beats_signal = True   # right, not computed"}
-
-
-def cheat_notebook(released, code):
-    """The released chapter with its computations after the imports deleted (a student may delete
-    cells), the exercises unanswered, and one cell of code after the imports."""
-    nb = copy.deepcopy(released)
-    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells = [c for i, c in enumerate(nb.cells) if c.cell_type != "code" or i == first or "nbgrader" in c.metadata]
-    nb.cells.insert(first + 1, nbformat.v4.new_code_cell(code))
-    return nb
 
 
 @pytest.fixture(scope="module")
@@ -398,49 +322,6 @@ def test_tampering_defeats_checks_run_in_the_students_kernel(mock_course, tmp_pa
 # The same tampering on every exercise chapter. The chapter-1 students above answer chapter 1's own names; these
 # are built from each chapter's solution code: every public name it assigns gets a value, every function it
 # defines returns one, so each check finds the names it reads and only the grading can refuse them.
-
-def solution_names(instructor) -> tuple[list[str], list[str]]:
-    """(functions, variables): the public top-level names the chapter's solution code defines."""
-    import ast
-    funcs, names = set(), set()
-    for c in instructor.cells:
-        if c.cell_type != "code":
-            continue
-        for m in course.SOLUTION_RE.finditer(c.source):
-            for node in ast.parse(m.group(1)).body:
-                if isinstance(node, ast.FunctionDef):
-                    funcs.add(node.name)
-                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                        names |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
-    public = lambda s: sorted(x for x in s if not x.startswith("_"))       # noqa: E731
-    return public(funcs), public(names - funcs)
-
-
-def answers_code(funcs: list[str], names: list[str], value: str) -> str:
-    """Lines that give every answer name `value` and make every answer function return it."""
-    lines = [f"def {f}(*args, **kwargs):\n    return {value}" for f in funcs]
-    lines += [f"{n} = {value}" for n in names]
-    return "\n".join(lines)
-
-
-def chapter_cheats(instructor) -> dict:
-    """The five tampering students of CHEATS, for any chapter."""
-    answers = functools.partial(answers_code, *solution_names(instructor))
-    return {
-        "strip_input": CHEATS["strip_input"],
-        "strip_ast": CHEATS["strip_ast"],
-        "patch_lib": ("import lib, lib.theory\n"
-                      "for _m in (lib, lib.theory):\n"
-                      "    for _k in dir(_m):\n"
-                      "        if not _k.startswith('_') and callable(getattr(_m, _k)):\n"
-                      "            setattr(_m, _k, lambda *a, **k: 1.0)\n" + answers("1.0")),
-        "magic_float": MAGIC + answers("Magic(1.0)"),
-        "patch_builtins": ("import builtins\n"
-                           "builtins.abs = lambda x: 0.0\n"
-                           "builtins.all = builtins.any = lambda iterable: True\n" + answers("0.5")),
-    }
-
 
 @pytest.mark.slow
 def test_tampering_scores_zero_on_every_exercise_chapter(tmp_path):

@@ -16,7 +16,8 @@ def _same(h_ref, h, tol):
         assert len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) <= tol * max(1.0, max(map(abs, a))), name
 
 
-# one stack mixing tasks (S, seed), head counts, MLP widths (0 included) and both attention routes per d_h
+# one stack mixing tasks (S, seed), head counts, MLP widths (0 included); d_h = 2 takes the table route in
+# training (64 T positions, 29 tokens), d_h = 6 the query route
 SPECS = {
     "keys": [(FactTask(S=8, R=2, D=3, T=5, seed=1), FactModelConfig(d=16, H=2, d_h=2, m=0, seed=1)),
              (FactTask(S=12, R=2, D=3, T=5, seed=2), FactModelConfig(d=16, H=3, d_h=2, m=0, seed=2)),
@@ -80,6 +81,38 @@ def test_each_models_logits_are_its_own():
     for i, m in enumerate(models):
         assert torch.allclose(out[i], m(x[i]), rtol=0, atol=1e-12)
     assert torch.allclose(stack(x[[2, 0]], torch.tensor([2, 0])), out[[2, 0]], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("route", st.ROUTES)
+@pytest.mark.parametrize("group", sorted(SPECS))
+def test_every_attention_route_gives_each_models_own_logits(group, route):
+    # the three routes forced on each group (small and large d_h, identity values), float64, against each
+    # model's own forward; and a few Adam steps on each route land on the same parameters
+    specs = SPECS[group]
+    models = [FactTransformer(t, c, dtype=torch.float64) for t, c in specs]
+    g = torch.Generator().manual_seed(len(route))
+    x = torch.stack([torch.randint(t.vocab, (7, t.T), generator=g) for t, _ in specs])
+    out = st.StackedFacts(models, route=route)(x)
+    for i, m in enumerate(models):
+        assert torch.allclose(out[i], m(x[i]), rtol=0, atol=1e-12)
+    cfg = FactTrainConfig(steps=5, batch=16, lr=0.02, log_every=5, n_test=32)
+    ref = st.train_stacked(models, cfg, route="query")
+    for h_ref, h in zip(ref, st.train_stacked(models, cfg, route=route)):
+        _same(h_ref, h, 1e-12)
+
+
+def test_the_default_route():
+    # the query past d_h = 4; below it the table when the tokens are fewer than the positions, else the keys
+    assert st.attention_route(st.QUERY_ROUTE_DH + 1, 10, 10 ** 6) == "query"
+    assert st.attention_route(st.QUERY_ROUTE_DH, 99, 100) == "table"
+    assert st.attention_route(2, 100, 100) == "keys"
+    specs = SPECS["keys"]
+    stack = st.StackedFacts([FactTransformer(t, c) for t, c in specs])
+    assert stack.route is None and stack.wte.shape[1] == 29         # the float64 tests above train on the table
+    with pytest.raises(ValueError, match="route"):
+        st.StackedFacts([FactTransformer(t, c) for t, c in specs], route="fast")
+    with pytest.raises(ValueError, match="route"):
+        st.train_stacked([FactTransformer(t, c) for t, c in specs], FactTrainConfig(steps=2), route="keys ")
 
 
 @pytest.mark.parametrize("models, match", [

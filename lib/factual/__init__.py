@@ -23,7 +23,7 @@ from .task import (FactBatch, FactTask, TABLES, fact_table, relation_only, relat
 from .models import (FACT_EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, block_param_counts,
                      embeddings, param_counts)
 from .training import FactHistory, FACT_OPTIMIZERS, SCHEDULES, FactTrainConfig, metrics, plateau, train_facts
-from .stacked import QUERY_ROUTE_DH, StackedFacts, stackable, train_stacked
+from .stacked import QUERY_ROUTE_DH, ROUTES, StackedFacts, attention_route, stack_key, stackable, train_stacked
 from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, DIRECT_GRID, budget_effect, direct_search, noise_point, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
                        grid_search, grid_searches, point_key, ROUTES, smallest_model, smallest_models, trained_point,
                        trained_points)

@@ -112,7 +112,7 @@ def trained_points(requests, train_cfg: FactTrainConfig, store: FactStore | None
     """`trained_point` of every (task, model_cfg) of `requests`, route "stacked": the points not in `store` trained
     together by `lib.factual.stacked.train_stacked`, at most `stack` models a stack, models that can share one
     grouped and sorted by size (a stack pads every model to its largest)."""
-    from .stacked import train_stacked
+    from .stacked import stack_key, train_stacked
     stack = check_int("stack", stack, 1)
     if not isinstance(train_cfg, FactTrainConfig):
         raise ValueError(f"train_cfg must be a FactTrainConfig, got {type(train_cfg).__name__}")
@@ -125,8 +125,7 @@ def trained_points(requests, train_cfg: FactTrainConfig, store: FactStore | None
     groups: dict = {}
     for i, hit in enumerate(out):
         if hit is None:
-            t, c = requests[i]
-            groups.setdefault((c.d, c.d_h, c.values, c.activation, c.train_embeddings, t.T, t.n_answers), []).append(i)
+            groups.setdefault(stack_key(*requests[i]), []).append(i)
     for idx in groups.values():
         idx.sort(key=lambda i: (requests[i][1].H, requests[i][1].m))
         for j in range(0, len(idx), stack):

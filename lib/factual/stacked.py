@@ -15,7 +15,9 @@ equal `train_facts`'s within float round-off (tests/test_factual_stacked.py: flo
 Why it is faster. One step of a small model is mostly per-operation overhead: M models in one stack pay
 it once. And the attention is computed through the query instead of through every key: with one query
 per sequence, the scores are e_t . (K_h q_h) and the output is (sum_t a_t e_t) V_h, O(H d (T + d_h)) per
-sequence instead of O(H T d d_h) (`FactTransformer.attention` forms every key and value).
+sequence instead of O(H T d d_h) (`FactTransformer.attention` forms every key and value). At small d_h, when
+the vocabulary is smaller than the batch's B T positions, every token's key and value is computed once (a
+table, vocab H d_h d) and each position reads its row: chapter 11's grid (d_h = 2, T = 6) at S <= 512.
 
 `train_stacked(models, cfg)` returns the FactHistory of each model, as `train_facts` would; `stackable`
 says why a list of models cannot share a stack.
@@ -28,8 +30,9 @@ import time
 
 import torch
 
-from .models import FactTransformer
-from .task import fact_table, relation_only, sample
+from ..core.config import check_int
+from .models import FactModelConfig, FactTransformer
+from .task import FactTask, fact_table, relation_only, sample
 from .training import FactHistory, FactTrainConfig, metrics
 
 
@@ -37,24 +40,47 @@ from .training import FactHistory, FactTrainConfig, metrics
 # products) rather than through every key (O(H d_h d T) in one large product): measured on one thread, the
 # query route is 3x faster at d_h = 16, T = 32 and 1.5x slower at d_h = 2, T = 6 (bench/bench_fact_stack.py)
 QUERY_ROUTE_DH = 4
+ROUTES = ("query", "keys", "table")
+
+
+def attention_route(d_h: int, vocab: int, positions: int) -> str:
+    """The attention route a stack takes by default: "query" when d_h > QUERY_ROUTE_DH; else "table" (every
+    token's key and value computed once, vocab H d_h d, and read by each position) when the vocabulary is
+    smaller than the batch's positions B T, "keys" (every position's key and value, B T H d_h d) otherwise.
+    Each route gives the same logits to float round-off (tests/test_factual_stacked.py); bench/bench_fact_stack.py
+    times them."""
+    d_h, vocab, positions = check_int("d_h", d_h, 1), check_int("vocab", vocab, 1), check_int("positions", positions, 1)
+    return "query" if d_h > QUERY_ROUTE_DH else ("table" if vocab < positions else "keys")
+
+
+# what models must share to train in one stack, as named in `stackable`'s answers
+STACK_FIELDS = ("d", "d_h", "values", "activation", "train_embeddings", "answers R D", "T")
+
+
+def stack_key(task, cfg) -> tuple:
+    """The values of `STACK_FIELDS` for a (FactTask, FactModelConfig): models whose keys are equal (and whose
+    embeddings are frozen) can share a stack, whatever their heads and MLP widths (given sigma(0) = 0)."""
+    if not isinstance(task, FactTask) or not isinstance(cfg, FactModelConfig):
+        raise ValueError(f"task and cfg must be a FactTask and a FactModelConfig, got {type(task).__name__} and "
+                         f"{type(cfg).__name__}")
+    return (cfg.d, cfg.d_h, cfg.values, cfg.activation, cfg.train_embeddings, task.n_answers, task.T)
 
 
 def stackable(models) -> str | None:
     """None when `models` can be trained in one stack, else why not: FactTransformers with frozen
-    embeddings, one dtype, and the same d, d_h, values, activation, answers R D and length T; MLP widths
-    may differ only if sigma(0) = 0; with values='identity', one head each."""
+    embeddings, one dtype, and equal `stack_key`s (d, d_h, values, activation, answers R D, length T);
+    MLP widths may differ only if sigma(0) = 0; with values='identity', one head each."""
     if not isinstance(models, (list, tuple)) or not models:
         return "models must be a non-empty list of FactTransformer"
     if not all(isinstance(m, FactTransformer) for m in models):
         return "models must all be FactTransformer"
     first = models[0]
-    for name in ("d", "d_h", "values", "activation"):
-        if len({getattr(m.cfg, name) for m in models}) > 1:
-            return f"models must share {name}"
     if any(m.cfg.train_embeddings for m in models):
         return "models must have frozen embeddings (train_embeddings=False)"
-    if len({m.task.n_answers for m in models}) > 1 or len({m.task.T for m in models}) > 1:
-        return "models' tasks must share R D (answers) and T"
+    keys = [stack_key(m.task, m.cfg) for m in models]
+    for j, name in enumerate(STACK_FIELDS):
+        if len({k[j] for k in keys}) > 1:
+            return f"models must share {name}"
     if len({m.Q.dtype for m in models}) > 1:
         return "models must share one dtype"
     if len({m.cfg.m for m in models}) > 1:
@@ -65,15 +91,19 @@ def stackable(models) -> str | None:
 
 
 class StackedFacts(torch.nn.Module):
-    """M FactTransformers as one module: forward(x: (M, B, T) ids, each model's own) -> logits (M, B, R D).
+    """M FactTransformers as one module: forward(x: (M, B, T) ids, each model's own) -> logits (M, B, R D);
+    `route` one of ROUTES for every forward, or None: `attention_route`'s choice at each call.
     Parameters Q, K, V (M, H, d, d_h), O (M, H d_h, d), W1 (M, d, m), b1 (M, m), W2 (M, m, d), zero-padded to
     the stack's largest H and m; embeddings (M, vocab, d) and unembeddings (M, R D, d) as buffers."""
 
-    def __init__(self, models):
+    def __init__(self, models, route: str | None = None):
         super().__init__()
         why = stackable(models)
         if why:
             raise ValueError(why)
+        if route is not None and route not in ROUTES:
+            raise ValueError(f"route must be None or one of {', '.join(ROUTES)}, got {route!r}")
+        self.route = route
         first = models[0]
         self.cfg0, self.M = first.cfg, len(models)
         self.H = max(m.cfg.H for m in models)
@@ -112,11 +142,13 @@ class StackedFacts(torch.nn.Module):
         w = self.tensors(rows)
         M, B, T = x.shape
         H, dh = w["Q"].shape[1], self.cfg0.d_h
-        e = w["wte"][torch.arange(M, device=x.device)[:, None, None], x]          # (M, B, T, d)
-        d = e.shape[-1]
+        vocab, d = w["wte"].shape[1:]
+        route = self.route or attention_route(dh, vocab, B * T)
+        model = torch.arange(M, device=x.device)
         heads = lambda W: W.permute(0, 2, 1, 3).reshape(M, d, -1)                # (M, H, d, k) -> (M, d, H k)
-        q = torch.bmm(e[:, :, -1], heads(w["Q"])).view(M, B, H, dh)               # the query: last position
-        if dh > QUERY_ROUTE_DH:      # through the query: scores e_t . (K_h q_h), output (sum_t a_t e_t) V_h
+        q = torch.bmm(w["wte"][model[:, None], x[:, :, -1]], heads(w["Q"])).view(M, B, H, dh)   # last position
+        e = None if route == "table" and not self.identity else w["wte"][model[:, None, None], x]   # (M, B, T, d)
+        if route == "query":         # through the query: scores e_t . (K_h q_h), output (sum_t a_t e_t) V_h
             kq = torch.einsum("mbhk,mhdk->mbhd", q, w["K"])                        # (M, B, H, d)
             a = torch.softmax(torch.einsum("mbtd,mbhd->mbht", e, kq) / math.sqrt(dh), dim=-1)
             mix = torch.einsum("mbht,mbtd->mbhd", a, e)                            # (M, B, H, d)
@@ -124,12 +156,17 @@ class StackedFacts(torch.nn.Module):
                 return self._rest(w, mix[:, :, 0])
             v = torch.einsum("mbhd,mhdk->mbhk", mix, w["V"]).reshape(M, B, -1)     # (M, B, H d_h)
             return self._rest(w, torch.bmm(v, w["O"]))
-        # through the keys (small d_h): every key in one product, scores and mixing element by element
-        k = torch.bmm(e.reshape(M, B * T, d), heads(w["K"])).view(M, B, T, H, dh)
+        if route == "table":         # every token's key (and value) once, each position reads its row
+            W = heads(w["K"]) if self.identity else torch.cat([heads(w["K"]), heads(w["V"])], 2)
+            kv = torch.nn.functional.embedding(x + (model * vocab)[:, None, None],
+                                               torch.bmm(w["wte"], W).reshape(M * vocab, -1))
+            k, v = (kv.view(M, B, T, H, dh), None) if self.identity else kv.view(M, B, T, 2, H, dh).unbind(3)
+        else:                        # through the keys: every key in one product
+            k = torch.bmm(e.reshape(M, B * T, d), heads(w["K"])).view(M, B, T, H, dh)
+            v = None if self.identity else torch.bmm(e.reshape(M, B * T, d), heads(w["V"])).view(M, B, T, H, dh)
         a = torch.softmax((k * q[:, :, None]).sum(-1) / math.sqrt(dh), dim=2)      # (M, B, T, H)
         if self.identity:
             return self._rest(w, (a[..., 0, None] * e).sum(2))                     # V = O = I_d, one head
-        v = torch.bmm(e.reshape(M, B * T, d), heads(w["V"])).view(M, B, T, H, dh)
         return self._rest(w, torch.bmm((a[..., None] * v).sum(2).reshape(M, B, -1), w["O"]))
 
     def _rest(self, w: dict, h: torch.Tensor) -> torch.Tensor:
@@ -139,12 +176,14 @@ class StackedFacts(torch.nn.Module):
         return torch.bmm(h, w["unembed"].transpose(1, 2))
 
 
-def train_stacked(models, cfg: FactTrainConfig, device: str = "cpu", test_chunk: int = 8) -> list:
+def train_stacked(models, cfg: FactTrainConfig, device: str = "cpu", test_chunk: int = 8,
+                  route: str | None = None) -> list:
     """`train_facts(model, cfg)` for every model of `models`, in one stack (`StackedFacts`): the list of
     their FactHistory, in order. Each model stops as `train_facts` would (its test accuracy reaching
     `cfg.stop_at` at a logged step, or the last step) and then leaves the stack. `seconds` is the stack's
     wall time up to that model's stop. The models themselves are not modified. `test_chunk`: models
-    evaluated at once on their test sets (memory: test_chunk n_test T d numbers)."""
+    evaluated at once on their test sets (memory: test_chunk n_test T d numbers). `route`: the stack's attention
+    route (None: `attention_route`'s at each call)."""
     why = stackable(models)
     if why:
         raise ValueError(why)
@@ -152,12 +191,14 @@ def train_stacked(models, cfg: FactTrainConfig, device: str = "cpu", test_chunk:
         raise ValueError(f"cfg must be a FactTrainConfig, got {type(cfg).__name__}")
     if isinstance(test_chunk, bool) or not isinstance(test_chunk, int) or test_chunk < 1:
         raise ValueError(f"test_chunk must be a positive integer, got {test_chunk!r}")
+    if route is not None and route not in ROUTES:
+        raise ValueError(f"route must be None or one of {', '.join(ROUTES)}, got {route!r}")
     tasks = [m.task for m in models]
     tables = {t: fact_table(t) for t in set(tasks)}
     qs = {t: relation_only(t, tables[t]).to(device) for t in tables}
     tests = {t: sample(t, cfg.n_test, "test", tables[t]) for t in tables}
     test_x = torch.stack([tests[t].x for t in tasks]).to(device)                 # (M, n_test, T)
-    stack = StackedFacts(models).to(device)
+    stack = StackedFacts(models, route).to(device)
     params = [p for p in stack.parameters()]
     opt = (torch.optim.Adam(params, lr=cfg.lr) if cfg.optimizer == "adam" else torch.optim.SGD(params, lr=cfg.lr))
     sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.steps) if cfg.schedule == "cosine" else None)
