@@ -319,3 +319,14 @@ def test_the_class_functions_refuse_settings_outside_the_theorem(change, match):
                  lambda: lb.theta_scan(cfg, 4, 0), lambda: lb.step2_direction(p, lib.sample_batch(p, 4, 0))):
         with pytest.raises(ValueError, match=match):
             call()
+
+
+@pytest.mark.parametrize("threshold", [0.9, 0.99])
+def test_measured_attention_nstar_on_one_point_per_octave(threshold):
+    # the coarsest grid (one point per doubling) is allowed, and the bisection's answer is bracketed there:
+    # reached at N, not at N / 2 (the same problem and nested batches as attention_accuracy_at)
+    from lib.analysis.margins import attention_accuracy_at
+    cfg = lib.TaskConfig(V=16, d=16, L=4)
+    n = measured_attention_nstar(cfg, threshold=threshold, n_min=1, n_max=2 ** 10, points_per_octave=1)
+    assert math.isfinite(n) and n == 2 ** round(math.log2(n)) and n > 1
+    assert attention_accuracy_at(cfg, int(n)) >= threshold > attention_accuracy_at(cfg, int(n) // 2)

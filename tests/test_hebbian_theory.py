@@ -167,3 +167,10 @@ def test_trigger_bias_variance_at_small_sizes_by_direct_sampling():
         se = float(b2.std()) / n ** 0.5
         assert abs(float(b2.mean()) - trigger_bias_var(V, d)) < 5 * se, (V, d, float(b2.mean()), se)
         assert abs((d + V + 2) / d ** 2 - trigger_bias_var(V, d)) > 10 * se      # the + 1 is resolved
+
+
+def test_one_stored_pair_is_always_recalled_and_two_are_not():
+    # n = 1 (the smallest memory) has no wrong label to lose to: accuracy exactly 1; with two pairs it drops
+    from lib.theory import hebbian_predicted_accuracy
+    assert hebbian_predicted_accuracy(1, 8) == 1.0
+    assert hebbian_predicted_accuracy(2, 8) < 0.95

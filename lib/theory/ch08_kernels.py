@@ -30,7 +30,8 @@ _HERMITE_CACHE: dict = {}
 
 
 def _sym_activation(activation: str):
-    """sigma as a sympy function of x (the same functions as lib.core.featuremaps.ACTIVATIONS)."""
+    """sigma as a sympy function of x for the Hermite activations (the same functions as
+    lib.core.featuremaps.ACTIVATIONS)."""
     import sympy as sp
 
     if activation == "he2":
@@ -39,10 +40,7 @@ def _sym_activation(activation: str):
         return lambda x: (x ** 3 - 3 * x) / sp.sqrt(6)
     if activation == "he4":
         return lambda x: (x ** 4 - 6 * x ** 2 + 3) / sp.sqrt(24)
-    if activation == "relu":
-        return lambda x: sp.Max(x, 0)
-    if activation == "centred_relu":
-        return lambda x: sp.Max(x, 0) - 1 / sp.sqrt(2 * sp.pi)
+    # the ReLUs are not here: hermite_coefficients integrates them exactly as R = Max(x, 0) on x > 0
     raise ValueError(f"activation must be one of he2, he3, he4, relu, centred_relu; got {activation!r}")
 
 
@@ -91,7 +89,7 @@ def hermite_coefficients(activation: str, scale=1, shift=0, kmax: int = 4, squar
         raise ValueError(f"shift must be 0 for {activation} (exact moments need the kink at 0), got {shift!r}")
     key = (activation, str(scale), str(shift), kmax, squared)
     if key not in _HERMITE_CACHE:
-        sigma = _sym_activation(activation)
+        sigma = None if relu else _sym_activation(activation)
         x, R = sp.Symbol("x", real=True), sp.Symbol("R", nonnegative=True)
         s = sp.nsimplify(scale) if not isinstance(scale, sp.Basic) else scale
         b = sp.nsimplify(shift) if not isinstance(shift, sp.Basic) else shift
