@@ -48,7 +48,7 @@ TESTS = ["tests", "--ignore=tests/book", "--ignore=tests/test_course.py", "--ign
 SKIP_AUTO = {"test_course.py", "test_notebooks.py", "test_course_pipeline.py"}
 
 
-def tests_for(path: Path) -> list[str]:
+def tests_for(path: Path, root: Path = ROOT) -> list[str]:
     """The test files that name something the module defines at top level (a function, a class or a
     module-level name of 4+ characters, not private) or the module itself."""
     tree = ast.parse(path.read_text())
@@ -57,12 +57,12 @@ def tests_for(path: Path) -> list[str]:
               if isinstance(t, ast.Name) and len(t.id) >= 4 and not t.id.startswith("_")}
     names.add(path.stem)
     out = []
-    for t in sorted((ROOT / "tests").glob("test_*.py")):
+    for t in sorted((root / "tests").glob("test_*.py")):
         if t.name in SKIP_AUTO:
             continue
         text = t.read_text()
         if any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
-            out.append(str(t.relative_to(ROOT)))
+            out.append(str(t.relative_to(root)))
     return out
 
 
@@ -75,11 +75,11 @@ def _in_docstring_or_annotation(node, parents) -> bool:
     return False
 
 
-def sites(path: Path) -> list[tuple[str, int, int, str]]:
-    """Every mutation site of a file as (file, line, col, kind)."""
+def sites(path: Path, root: Path = ROOT) -> list[tuple[str, int, int, str]]:
+    """Every mutation site of a file (under `root`) as (file relative to root, line, col, kind)."""
     tree = ast.parse(path.read_text())
     parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
-    rel = str(path.relative_to(ROOT))
+    rel = str(path.relative_to(root))
     out = []
     for node in ast.walk(tree):
         if _in_docstring_or_annotation(node, parents):
@@ -158,20 +158,21 @@ def main():
     for f in a.files:
         if not (ROOT / f).is_file():
             sys.exit(f"error: --files: no such file {f}")
-    all_sites = [s for f in a.files for s in sites(ROOT / f)]
-    chosen = random.Random(a.seed).sample(all_sites, min(a.n, len(all_sites)))
-    print(f"{len(all_sites)} sites in {len(a.files)} files; {len(chosen)} mutants (seed {a.seed})", flush=True)
     survivors = []
     with tempfile.TemporaryDirectory() as tmp:
+        # everything below reads the snapshot, so editing the tree during a run changes nothing
         work = Path(tmp) / "repo"
         shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(".venv", "_build", ".git", "__pycache__", "*.ipynb"))
+        all_sites = [s for f in a.files for s in sites(work / f, work)]
+        chosen = random.Random(a.seed).sample(all_sites, min(a.n, len(all_sites)))
+        print(f"{len(all_sites)} sites in {len(a.files)} files; {len(chosen)} mutants (seed {a.seed})", flush=True)
         env = dict(os.environ, PYTHONPATH=str(work), MPLBACKEND="Agg", OMP_NUM_THREADS="1",
                    PYTHONDONTWRITEBYTECODE="1")
         for i, (f, line, col, kind) in enumerate(chosen, 1):
-            src = (ROOT / f).read_text()
-            (work / f).write_text(mutant_source(ROOT / f, line, col, kind))
+            src = (work / f).read_text()
+            (work / f).write_text(mutant_source(work / f, line, col, kind))
             t = time.time()
-            tests = TESTS if a.tests == "all" else tests_for(ROOT / f)
+            tests = TESTS if a.tests == "all" else tests_for(work / f, work)
             try:
                 if not tests:
                     raise FileNotFoundError(f"no test names anything {f} defines")

@@ -264,3 +264,11 @@ def test_snr_table_prints_the_ratios(capsys):
     assert cols[0] == pytest.approx([0.2, 0.15, 2.0, math.sqrt(3)], abs=6e-3)
     # row 2: mean r 0.5; X/X_der = 1/4, 1/4, 2 -> (1/8)^(1/3) = 0.5; realised/X = 3, 9 -> 5.196
     assert cols[1] == pytest.approx([0.5, 0.45, 0.5, math.sqrt(27)], abs=6e-3)
+
+
+def test_population_accuracy_at_one_dimension():
+    # one d is a grid too (shape (1, problems)); none is refused, naming ds
+    meas, pred = step2.population_accuracy(32, [16], 4, problems=2)
+    assert meas.shape == pred.shape == (1, 2) and ((0 < meas) & (meas <= 1)).all() and ((0 < pred) & (pred <= 1)).all()
+    with pytest.raises(ValueError, match="ds"):
+        step2.population_accuracy(32, [], 4, problems=2)
