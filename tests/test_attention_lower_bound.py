@@ -330,3 +330,15 @@ def test_measured_attention_nstar_on_one_point_per_octave(threshold):
     n = measured_attention_nstar(cfg, threshold=threshold, n_min=1, n_max=2 ** 10, points_per_octave=1)
     assert math.isfinite(n) and n == 2 ** round(math.log2(n)) and n > 1
     assert attention_accuracy_at(cfg, int(n)) >= threshold > attention_accuracy_at(cfg, int(n) // 2)
+
+
+def test_theta_scan_at_its_smallest_arguments():
+    # N = 1, seed 0 and one draw are all allowed: the ends are still Y/|Y| and -Y/|Y| of that one sample
+    from lib.analysis.margins import attention_accuracy
+    cfg = lib.TaskConfig(V=64, d=16, L=8)
+    acc = lb.theta_scan(cfg, 1, 0, thetas=(0.0, 0.5, math.pi), draws=1)
+    p = lib.make_problem(cfg, 0)
+    k = lib.three_steps(p, lib.sample_batch(p, 1, 0), mode="limit").k
+    assert acc[0] == pytest.approx(attention_accuracy(p, k / k.norm()), abs=1e-12)
+    assert acc[2] == pytest.approx(attention_accuracy(p, -k / k.norm()), abs=1e-12)
+    assert 0 <= acc[1] <= 1

@@ -220,17 +220,17 @@ def test_logit_spread_coupling_is_the_correlation_of_its_definition():
         refined.logit_spread_coupling(16, 8, [])
 
 
-def test_nstar_row_reads_the_curve(monkeypatch):
+def test_nstar_row_bands_and_last_point_on_a_made_up_curve(monkeypatch):
     """nstar_row on a made-up curve: the first N where the mean, mean + 3 s.e. and mean - 3 s.e.
-    reach the threshold (equality counts as reaching), None where never, and the last point."""
+    reach the threshold (equality counts as reaching; 3 s.e., not 2 or 4, decides both bands), and the last point."""
     monkeypatch.setattr(refined, "refined_memory_nstar", lambda *a, **k: 1024)
-    m = np.array([0.90, 0.95, 0.97, 0.98, 0.985, 0.99, 0.99, 0.99, 0.99, 0.99, 0.99])
-    se = np.full(11, 0.005)
+    m = np.array([0.90, 0.95, 0.97, 0.983, 0.985, 0.99, 0.99, 0.99, 0.995, 0.997, 0.998])
+    se = np.full(11, 0.002)
     monkeypatch.setattr(refined, "oracle_memory_curve", lambda cfg, Ns, problems: (m, se))
     Ns = [int(1024 * 2 ** (k / 4)) for k in range(-6, 5)]
     row = refined.nstar_row(256, 64, False, problems=4, threshold=0.99)
     assert row[:4] == (256, 64, False, 1024)
     assert row[4] == Ns[5]                          # m hits 0.99 exactly at index 5
-    assert row[5] == Ns[3]                          # 0.98 + 0.015 >= 0.99 first at index 3
-    assert row[6] is None                           # m - 0.015 never reaches 0.99
-    assert row[7] == pytest.approx(0.99) and row[8] == Ns[-1]
+    assert row[5] == Ns[4]                          # 0.985 + 0.006 >= 0.99 first (0.983 + 0.006 falls short)
+    assert row[6] == Ns[9]                          # 0.997 - 0.006 >= 0.99 (0.995 - 0.006 falls short)
+    assert row[7] == 0.998 and row[8] == Ns[-1]      # the last point's mean, not the one before

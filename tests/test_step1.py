@@ -88,3 +88,18 @@ def test_loglog_panel_returns_the_fitted_slopes():
 def test_bad_arguments_are_named(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_coverage_runs_counts_a_token_never_seen_as_waiting_past_the_batch(monkeypatch):
+    # a batch whose informative tokens are only 0 and 1: every other token is never seen, so its wait is the
+    # documented 3 V log V + 1 (one past the batch) and it is counted at no N of the grid (the
+    # sentinel used to be one larger)
+    import types
+    from lib.analysis import step1 as s1
+    V = 8
+    n_max = int(3 * V * np.log(V))
+    monkeypatch.setattr(s1, "sample_batch", lambda pc, n, seed: types.SimpleNamespace(
+        informative=torch.arange(n) % 2))
+    out = s1.coverage_runs(V, seeds=2, points=4)
+    assert out["waits"].tolist() == [n_max + 1.0, n_max + 1.0]
+    assert out["K"].tolist() == [[min(int(n), 2) for n in out["N"]]] * 2        # tokens 0, 1 first seen at 0, 1

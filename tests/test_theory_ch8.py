@@ -314,3 +314,11 @@ def test_mlp_rf_common_on_its_fewest_nodes():
     # nodes = 8 (the smallest allowed) already gives the common part to within 3 % of 200 nodes (ReLU, beta 0.3)
     coarse, fine = T.mlp_rf_common("relu", 0.3, nodes=8), T.mlp_rf_common("relu", 0.3, nodes=200)
     assert coarse == pytest.approx(fine, rel=0.03) and coarse != fine
+
+
+@pytest.mark.parametrize("activation", ["he3", "relu"])
+def test_a_trigger_of_scale_zero_in_the_value_path_is_no_trigger(activation):
+    # tau = 0 is allowed (the trigger's scale may vanish) and then beta = 0: the same signal as the trigger out
+    on, off = T.mlp_signal_parts(activation, 0.0, True), T.mlp_signal_parts(activation, 0.0, False)
+    assert on == off and on["beta"] == 0.0
+    assert T.mlp_signal_parts(activation, 0.5, True)["beta"] == pytest.approx(0.25 / 1.25)

@@ -107,7 +107,7 @@ def coverage_runs(V: int, seeds: int, points: int = 12, device: str = "cpu") -> 
     firsts = []
     for s in range(seeds):
         x = sample_batch(pc, n_max, seed=s).informative.cpu()                          # (n_max,)
-        firsts.append(torch.full((V,), n_max + 1, dtype=torch.long).scatter_reduce(0, x, torch.arange(n_max), "amin"))
+        firsts.append(torch.full((V,), n_max, dtype=torch.long).scatter_reduce(0, x, torch.arange(n_max), "amin"))
     firsts = torch.stack(firsts)                                                       # (seeds, V): first sighting
     Ns = np.unique(np.geomspace(V / 8, n_max, points).astype(int))
     K = np.array([[(f < n).sum().item() for n in Ns] for f in firsts])                # (seeds, grid)
