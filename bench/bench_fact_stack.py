@@ -11,9 +11,9 @@ model), on one and on two threads:
   stacked  : `lib.factual.stacked.train_stacked` with that one model (same batches; attention through the
              query when d_h > 4);
   stack xM : the same per model, M models of M tasks (seeds) trained in one stack: what a grid gains.
-Prints the table and the ratios peer / stacked and book / stacked. Then the stack's three attention routes
+Prints the table and the ratios peer / stacked and book / stacked. Then the stack's two attention routes
 (`lib.factual.stacked.ROUTES`) forced in turn at each size, per model in a stack of M, beside the one
-`attention_route` picks by default: the measurement behind QUERY_ROUTE_DH and the table rule. Each time is the median of --rounds rounds
+`attention_route` picks by default: the measurement behind QUERY_ROUTE_DH. Each time is the median of --rounds rounds
 of --steps steps (the test-set evaluation at the first and last step included: n_test = 64).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_fact_stack.py [--peer-python /path/to/python --peer-repo DIR]
@@ -131,7 +131,7 @@ def main() -> None:
         torch.set_num_threads(threads)
         for z in SIZES:
             t = route_side(z, a.steps, a.rounds, a.stack)
-            pick = attention_route(z["d_h"], 2 * (z["S"] + z["R"]) + 1, z["batch"] * z["T"])
+            pick = attention_route(z["d_h"])
             print(f"{'{S},{R},{D},{T}'.format(**z):>12} {'{d},{H},{d_h},{m}'.format(**z):>14} {z['batch']:>5} {threads:>3} "
                   + " ".join(f"{t[r] * 1e3:7.1f}" + ("*" if r == pick else " ") for r in ROUTES), flush=True)
     if live and a.record:

@@ -16,8 +16,8 @@ def _same(h_ref, h, tol):
         assert len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) <= tol * max(1.0, max(map(abs, a))), name
 
 
-# one stack mixing tasks (S, seed), head counts, MLP widths (0 included); d_h = 2 takes the table route in
-# training (64 T positions, 29 tokens), d_h = 6 the query route
+# one stack mixing tasks (S, seed), head counts, MLP widths (0 included); d_h = 2 takes the keys route, d_h = 6
+# the query route (each group is also run on the other route below)
 SPECS = {
     "keys": [(FactTask(S=8, R=2, D=3, T=5, seed=1), FactModelConfig(d=16, H=2, d_h=2, m=0, seed=1)),
              (FactTask(S=12, R=2, D=3, T=5, seed=2), FactModelConfig(d=16, H=3, d_h=2, m=0, seed=2)),
@@ -86,7 +86,7 @@ def test_each_models_logits_are_its_own():
 @pytest.mark.parametrize("route", st.ROUTES)
 @pytest.mark.parametrize("group", sorted(SPECS))
 def test_every_attention_route_gives_each_models_own_logits(group, route):
-    # the three routes forced on each group (small and large d_h, identity values), float64, against each
+    # both routes forced on each group (small and large d_h, identity values), float64, against each
     # model's own forward; and a few Adam steps on each route land on the same parameters
     specs = SPECS[group]
     models = [FactTransformer(t, c, dtype=torch.float64) for t, c in specs]
@@ -102,17 +102,17 @@ def test_every_attention_route_gives_each_models_own_logits(group, route):
 
 
 def test_the_default_route():
-    # the query past d_h = 4; below it the table when the tokens are fewer than the positions, else the keys
-    assert st.attention_route(st.QUERY_ROUTE_DH + 1, 10, 10 ** 6) == "query"
-    assert st.attention_route(st.QUERY_ROUTE_DH, 99, 100) == "table"
-    assert st.attention_route(2, 100, 100) == "keys"
+    # through the query past d_h = 4, through the keys at or below it; a route outside ROUTES is refused
+    assert st.attention_route(st.QUERY_ROUTE_DH + 1) == "query" and st.attention_route(st.QUERY_ROUTE_DH) == "keys"
     specs = SPECS["keys"]
-    stack = st.StackedFacts([FactTransformer(t, c) for t, c in specs])
-    assert stack.route is None and stack.wte.shape[1] == 29         # the float64 tests above train on the table
-    with pytest.raises(ValueError, match="route"):
-        st.StackedFacts([FactTransformer(t, c) for t, c in specs], route="fast")
+    assert st.StackedFacts([FactTransformer(t, c) for t, c in specs]).route is None
+    for bad in ("table", "fast"):
+        with pytest.raises(ValueError, match="route"):
+            st.StackedFacts([FactTransformer(t, c) for t, c in specs], route=bad)
     with pytest.raises(ValueError, match="route"):
         st.train_stacked([FactTransformer(t, c) for t, c in specs], FactTrainConfig(steps=2), route="keys ")
+    with pytest.raises(ValueError, match="d_h"):
+        st.attention_route(0)
 
 
 @pytest.mark.parametrize("models, match", [

@@ -15,9 +15,7 @@ equal `train_facts`'s within float round-off (tests/test_factual_stacked.py: flo
 Why it is faster. One step of a small model is mostly per-operation overhead: M models in one stack pay
 it once. And the attention is computed through the query instead of through every key: with one query
 per sequence, the scores are e_t . (K_h q_h) and the output is (sum_t a_t e_t) V_h, O(H d (T + d_h)) per
-sequence instead of O(H T d d_h) (`FactTransformer.attention` forms every key and value). At small d_h, when
-the vocabulary is smaller than the batch's B T positions, every token's key and value is computed once (a
-table, vocab H d_h d) and each position reads its row: chapter 11's grid (d_h = 2, T = 6) at S <= 512.
+sequence instead of O(H T d d_h) (`FactTransformer.attention` forms every key and value).
 
 `train_stacked(models, cfg)` returns the FactHistory of each model, as `train_facts` would; `stackable`
 says why a list of models cannot share a stack.
@@ -40,17 +38,14 @@ from .training import FactHistory, FactTrainConfig, metrics
 # products) rather than through every key (O(H d_h d T) in one large product): measured on one thread, the
 # query route is 3x faster at d_h = 16, T = 32 and 1.5x slower at d_h = 2, T = 6 (bench/bench_fact_stack.py)
 QUERY_ROUTE_DH = 4
-ROUTES = ("query", "keys", "table")
+ROUTES = ("query", "keys")
 
 
-def attention_route(d_h: int, vocab: int, positions: int) -> str:
-    """The attention route a stack takes by default: "query" when d_h > QUERY_ROUTE_DH; else "table" (every
-    token's key and value computed once, vocab H d_h d, and read by each position) when the vocabulary is
-    smaller than the batch's positions B T, "keys" (every position's key and value, B T H d_h d) otherwise.
-    Each route gives the same logits to float round-off (tests/test_factual_stacked.py); bench/bench_fact_stack.py
-    times them."""
-    d_h, vocab, positions = check_int("d_h", d_h, 1), check_int("vocab", vocab, 1), check_int("positions", positions, 1)
-    return "query" if d_h > QUERY_ROUTE_DH else ("table" if vocab < positions else "keys")
+def attention_route(d_h: int) -> str:
+    """The attention route a stack takes by default: "query" when d_h > QUERY_ROUTE_DH, else "keys" (every
+    position's key and value, B T H d_h d). Both give the same logits to float round-off
+    (tests/test_factual_stacked.py); bench/bench_fact_stack.py times them at each size."""
+    return "query" if check_int("d_h", d_h, 1) > QUERY_ROUTE_DH else "keys"
 
 
 # what models must share to train in one stack, as named in `stackable`'s answers
@@ -142,12 +137,12 @@ class StackedFacts(torch.nn.Module):
         w = self.tensors(rows)
         M, B, T = x.shape
         H, dh = w["Q"].shape[1], self.cfg0.d_h
-        vocab, d = w["wte"].shape[1:]
-        route = self.route or attention_route(dh, vocab, B * T)
+        d = w["wte"].shape[2]
+        route = self.route or attention_route(dh)
         model = torch.arange(M, device=x.device)
         heads = lambda W: W.permute(0, 2, 1, 3).reshape(M, d, -1)                # (M, H, d, k) -> (M, d, H k)
         q = torch.bmm(w["wte"][model[:, None], x[:, :, -1]], heads(w["Q"])).view(M, B, H, dh)   # last position
-        e = None if route == "table" and not self.identity else w["wte"][model[:, None, None], x]   # (M, B, T, d)
+        e = w["wte"][model[:, None, None], x]                                     # (M, B, T, d)
         if route == "query":         # through the query: scores e_t . (K_h q_h), output (sum_t a_t e_t) V_h
             kq = torch.einsum("mbhk,mhdk->mbhd", q, w["K"])                        # (M, B, H, d)
             a = torch.softmax(torch.einsum("mbtd,mbhd->mbht", e, kq) / math.sqrt(dh), dim=-1)
@@ -156,14 +151,9 @@ class StackedFacts(torch.nn.Module):
                 return self._rest(w, mix[:, :, 0])
             v = torch.einsum("mbhd,mhdk->mbhk", mix, w["V"]).reshape(M, B, -1)     # (M, B, H d_h)
             return self._rest(w, torch.bmm(v, w["O"]))
-        if route == "table":         # every token's key (and value) once, each position reads its row
-            W = heads(w["K"]) if self.identity else torch.cat([heads(w["K"]), heads(w["V"])], 2)
-            kv = torch.nn.functional.embedding(x + (model * vocab)[:, None, None],
-                                               torch.bmm(w["wte"], W).reshape(M * vocab, -1))
-            k, v = (kv.view(M, B, T, H, dh), None) if self.identity else kv.view(M, B, T, 2, H, dh).unbind(3)
-        else:                        # through the keys: every key in one product
-            k = torch.bmm(e.reshape(M, B * T, d), heads(w["K"])).view(M, B, T, H, dh)
-            v = None if self.identity else torch.bmm(e.reshape(M, B * T, d), heads(w["V"])).view(M, B, T, H, dh)
+        # through the keys: every key in one product
+        k = torch.bmm(e.reshape(M, B * T, d), heads(w["K"])).view(M, B, T, H, dh)
+        v = None if self.identity else torch.bmm(e.reshape(M, B * T, d), heads(w["V"])).view(M, B, T, H, dh)
         a = torch.softmax((k * q[:, :, None]).sum(-1) / math.sqrt(dh), dim=2)      # (M, B, T, H)
         if self.identity:
             return self._rest(w, (a[..., 0, None] * e).sum(2))                     # V = O = I_d, one head
