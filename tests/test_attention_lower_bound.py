@@ -296,14 +296,17 @@ def test_theta_scan_rules_are_unit_vectors_at_angle_theta_from_y(monkeypatch):
         assert abs(float(k.norm()) - 1) < 1e-5 and abs(float(k @ Y / Y.norm()) - math.cos(th)) < 1e-5, th
 
 
-def test_theta_scan_ends_are_y_and_minus_y():
+# (1, 0, 1): N = 1, seed 0 and one draw, the smallest arguments theta_scan allows
+@pytest.mark.parametrize("N, seed, draws", [(32, 1, 3), (1, 0, 1)])
+def test_theta_scan_ends_are_y_and_minus_y(N, seed, draws):
     from lib.analysis.margins import attention_accuracy
     cfg = lib.TaskConfig(V=64, d=16, L=8)
-    acc = lb.theta_scan(cfg, 32, 1, thetas=(0.0, 0.3, math.pi), draws=3)
-    p = lib.make_problem(cfg, 1)
-    k = lib.three_steps(p, lib.sample_batch(p, 32, 1), mode="limit").k
+    acc = lb.theta_scan(cfg, N, seed, thetas=(0.0, 0.3, math.pi), draws=draws)
+    p = lib.make_problem(cfg, seed)
+    k = lib.three_steps(p, lib.sample_batch(p, N, seed), mode="limit").k
     assert acc[0] == pytest.approx(attention_accuracy(p, k / k.norm()), abs=1e-12)
     assert acc[2] == pytest.approx(attention_accuracy(p, -k / k.norm()), abs=1e-12)
+    assert 0 <= acc[1] <= 1
     for bad, match in ((dict(thetas=(4.0,)), "thetas"), (dict(thetas=()), "thetas"), (dict(draws=0), "draws"), (dict(N=0), "N")):
         kw = dict(cfg=cfg, N=32, seed=0) | bad
         with pytest.raises(ValueError, match=match):
@@ -330,15 +333,3 @@ def test_measured_attention_nstar_on_one_point_per_octave(threshold):
     n = measured_attention_nstar(cfg, threshold=threshold, n_min=1, n_max=2 ** 10, points_per_octave=1)
     assert math.isfinite(n) and n == 2 ** round(math.log2(n)) and n > 1
     assert attention_accuracy_at(cfg, int(n)) >= threshold > attention_accuracy_at(cfg, int(n) // 2)
-
-
-def test_theta_scan_at_its_smallest_arguments():
-    # N = 1, seed 0 and one draw are all allowed: the ends are still Y/|Y| and -Y/|Y| of that one sample
-    from lib.analysis.margins import attention_accuracy
-    cfg = lib.TaskConfig(V=64, d=16, L=8)
-    acc = lb.theta_scan(cfg, 1, 0, thetas=(0.0, 0.5, math.pi), draws=1)
-    p = lib.make_problem(cfg, 0)
-    k = lib.three_steps(p, lib.sample_batch(p, 1, 0), mode="limit").k
-    assert acc[0] == pytest.approx(attention_accuracy(p, k / k.norm()), abs=1e-12)
-    assert acc[2] == pytest.approx(attention_accuracy(p, -k / k.norm()), abs=1e-12)
-    assert 0 <= acc[1] <= 1
