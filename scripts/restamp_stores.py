@@ -8,7 +8,7 @@ and `tests/test_store_code.py` fails. This script then recomputes K points of ea
 current code (the cheapest ones: limit-mode and trained points of the smallest N for chapter 10, the
 shortest trainings for chapter 11) and compares every result field. Only if all agree are the store's
 keys rewritten with the new hash (and re-checksummed); otherwise it stops, names the points that moved,
-and the store must be regenerated (`scripts/ship_ch10_store.sh`, `scripts/ch11_grid.py`).
+and the store must be regenerated (`scripts/ship_ch10_store.sh`, `scripts/fact_capacity_grid.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from lib.experiments.experiment import run  # noqa: E402
 from lib.experiments.codehash import code_hash  # noqa: E402
 from lib.experiments.store import (BOOK_DATA, _point_shape, read_records,  # noqa: E402
                                    record_text)
-from lib.factual import FactModelConfig, FactTask, FactTrainConfig, trained_point  # noqa: E402
+from lib.factual import FactModelConfig, FactTask, FactTrainConfig, trained_point, trained_points  # noqa: E402
 from lib.factual.capacity import _fact_shape  # noqa: E402
 from lib.learning.trainer import TrainSpec  # noqa: E402
 
@@ -45,6 +45,12 @@ def _stamped(shape):
 
 STORES = {"ch10_points.jsonl": ("points", _stamped(_point_shape)),
           "ch11_capacity_grid.jsonl": ("factual", _stamped(_fact_shape))}
+
+
+def code_part(part: str, key: dict) -> str:
+    """The code a record's numbers depend on: chapter 11's points by their route ("stacked": the stacked
+    trainer's code too)."""
+    return "factual_stacked" if part == "factual" and key.get("route") == "stacked" else part
 
 
 def same(a, b, tol=1e-5) -> bool:
@@ -68,7 +74,9 @@ def recompute_point(key: dict) -> dict:
 
 def recompute_fact(key: dict) -> dict:
     set_draw(key.get("draw", 0))
-    out = trained_point(FactTask(**key["task"]), FactModelConfig(**key["model"]), FactTrainConfig(**key["train"]))
+    task, cfg, train = FactTask(**key["task"]), FactModelConfig(**key["model"]), FactTrainConfig(**key["train"])
+    # a point of route "stacked" again by that route (a stack of one), one of route "single" one model at a time
+    out = trained_points([(task, cfg)], train)[0] if key.get("route") == "stacked" else trained_point(task, cfg, train)
     return {k: v for k, v in out.items() if k != "seconds"}
 
 
@@ -91,15 +99,16 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     status = 0
     for name, (part, shape) in STORES.items():
-        path, want = os.path.join(BOOK_DATA, name), code_hash(part)
+        path = os.path.join(BOOK_DATA, name)
+        want = lambda key: code_hash(code_part(part, key))          # noqa: E731
         records, bad = read_records(path, shape)
         if bad:
             print(f"{name}: {len(bad)} invalid lines (first {bad[0]}); regenerate it")
             status = 1
             continue
-        stale = [r for r in records if r[0].get("code") != want]
+        stale = [r for r in records if r[0].get("code") != want(r[0])]
         if not stale:
-            print(f"{name}: {len(records)} points, all stamped {want}")
+            print(f"{name}: {len(records)} points, all stamped with the code they depend on")
             continue
         moved = []
         for key, result in pick(part, records, args.check):
@@ -117,18 +126,18 @@ def main(argv=None) -> int:
             status = 1
             continue
         if args.dry_run:
-            print(f"{name}: would stamp {len(stale)} of {len(records)} points with {want}")
+            print(f"{name}: would stamp {len(stale)} of {len(records)} points with the current code")
             continue
         lines = []
         for key, result in records:
             key = {k: v for k, v in key.items() if k != "version"}
-            key["code"] = want
+            key["code"] = want(key)
             lines.append(record_text(key, result))
         fd, tmp = tempfile.mkstemp(dir=BOOK_DATA, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             f.writelines(lines)
         os.replace(tmp, path)
-        print(f"{name}: stamped {len(records)} points with {want}")
+        print(f"{name}: stamped {len(records)} points with the current code")
     return status
 
 

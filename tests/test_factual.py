@@ -266,44 +266,75 @@ def test_capacity_grid_keeps_the_heads_rank_within_d():
         F.grid_search("attention", 8, 0, steps=0)
 
 
-def test_the_attention_budget_searches_are_shipped_and_nested():
-    """CAPACITY_GRID's attention searches at budget_steps: shipped for draws 0-3 (read, not trained), and never
-    more heads than at the grid's 1000 steps (the longer run repeats the shorter one's first 1000 steps, so a
-    success at 1000 is one at 3000 up to floating-point differences between training sessions, and the
-    search then returns no larger n)."""
+class _ReadOnly(F.FactStore):
+    """A store that refuses to train: a point it lacks fails at once instead of training for minutes."""
+
+    def put(self, key, result):
+        raise AssertionError(f"not shipped: {key}")
+
+
+def test_the_whole_grid_is_shipped_for_draws_0_to_3():
+    """Every job of `capacity_grid_jobs()` (what chapter 11 reads) is in the shipped store for draws 0-3, route
+    "stacked": read, not trained. The attention searches at budget_steps never need more heads than at the grid's
+    1000 steps (the longer run repeats the shorter one's first 1000 steps, so a success at 1000 is one at 3000 up
+    to floating-point differences between training sessions, and the search then returns no larger n)."""
     from lib.core.seed import get_draw, set_draw
-    g = F.CAPACITY_GRID
+    g, jobs = F.CAPACITY_GRID, F.capacity_grid_jobs()
     assert g["budget_steps"] > g["train"].steps and set(g["budget_S"]["attention"]) <= set(g["S"]["attention"])
+    kinds = {j[0] for j in jobs}
+    assert kinds == {"attention", "mlp", "direct", "noise"} and len(set(jobs)) == len(jobs)
+    assert sum(j[0] == "attention" and j[3] == g["budget_steps"] for j in jobs) == 2 * len(g["seeds"])
     before = get_draw()
     try:
         for draw in (0, 1, 2, 3):
             set_draw(draw)
-            st = F.FactStore(None, read_also=F.CAPACITY_STORE)
+            st = _ReadOnly(None, read_also=F.CAPACITY_STORE)
+            got = F.capacity_grid(store=st)
+            assert st.computed == 0 and set(got) == set(jobs), draw
             for S in g["budget_S"]["attention"]:
                 for seed in g["seeds"]:
-                    long_, short = (F.grid_search("attention", S, seed, store=st, steps=k)
-                                    for k in (g["budget_steps"], None))
+                    long_, short = got["attention", S, seed, g["budget_steps"]], got["attention", S, seed, None]
                     assert long_["n"] is not None and long_["n"] <= short["n"], (draw, S, seed)
-            assert st.computed == 0, draw
     finally:
         set_draw(before)
+
+
+def test_capacity_grid_refuses_bad_jobs():
+    assert F.capacity_grid_jobs("noise") == [j for j in F.capacity_grid_jobs() if j[0] == "noise"]
+    assert F.capacity_grid_jobs("budget") == [j for j in F.capacity_grid_jobs() if j[0] == "attention" and j[3]]
+    with pytest.raises(ValueError, match="only"):
+        F.capacity_grid_jobs("some")
+    for jobs, match in (([("both", 8, 0, None)], "jobs must be"), ([("mlp", 8, 0)], "jobs must be"),
+                        ([("noise", 8, 0, 64)], "extra must be"), ([("noise", 8, 0, (None, 6))], "width must be a multiple"),
+                        ([("noise", 8, 0, (None, 0))], "width must be"), ([("mlp", 0, 0, None)], "S must be"),
+                        ([("attention", 8, 0, 0)], "steps must be")):
+        with pytest.raises(ValueError, match=match):
+            F.capacity_grid(jobs)
+    with pytest.raises(ValueError, match="stack"):
+        F.capacity_grid([], stack=0)
+    st = _ReadOnly()                           # every job is checked before anything trains
+    with pytest.raises(ValueError, match="width must be a multiple"):
+        F.capacity_grid([("mlp", 4, 0, None), ("noise", 8, 0, (None, 6))], store=st)
+    assert st.computed == 0
 
 
 def test_direct_grid_searches_the_mlp_with_no_noise_tokens():
     g, t = F.CAPACITY_GRID, F.DIRECT_GRID
     assert t["T"] == 2 and len(t["S"]) >= 6 and set(t["budget_S"]) <= set(t["S"]) and t["budget_steps"] > g["train"].steps
     st = F.FactStore(None, read_also=F.CAPACITY_STORE)
-    r = F.direct_search(t["S"][0], 0, store=st)                 # shipped: read, not trained
+    nz = t["noise"]                                             # shipped: read, not trained
+    few, full, direct = (("noise", nz["S"], 0, (nz["n_noise"], nz["width"])), ("noise", nz["S"], 0, (None, nz["width"])),
+                         ("direct", t["S"][0], 0, None))
+    got = F.capacity_grid([few, full, direct], store=st)
+    r = got[direct]
     assert st.computed == 0 and r["n"] is not None and r["block_params"] == 2 * r["n"] * g["d"] + r["n"]
     for kw, match in ((dict(S=0, seed=0), "S must be"), (dict(S=8, seed=-1), "seed must be"),
                       (dict(S=8, seed=0, steps=0), "steps must be")):
         with pytest.raises(ValueError, match=match):
             F.direct_search(**kw)
-    nz = t["noise"]                                             # the noise check: both points shipped
-    assert F.noise_point(nz["S"], 0, None, nz["width"], store=st) == F.trained_point(
-        F.FactTask(S=nz["S"], R=g["R"], D=g["D"], T=g["T"], seed=0),
-        F.block_config("mlp", nz["width"] // g["unit"], g["d"], g["d_h"], g["unit"], 0), g["train"], st)
-    assert F.noise_point(nz["S"], 0, nz["n_noise"], nz["width"], store=st)["max_acc"] > 0 and st.computed == 0
+    assert got[full] == F.trained_points([(F.FactTask(S=nz["S"], R=g["R"], D=g["D"], T=g["T"], seed=0),     # the grid's own point
+        F.block_config("mlp", nz["width"] // g["unit"], g["d"], g["d_h"], g["unit"], 0))], g["train"], st)[0]
+    assert got[few]["max_acc"] > 0 and got[few] != got[full] and st.computed == 0
     for kw, match in ((dict(S=8, seed=0, width=6), "width must be a multiple"), (dict(S=8, seed=0, n_noise=0), "n_noise must be"),
                       (dict(S=8, seed=0, width=0), "width must be")):
         with pytest.raises(ValueError, match=match):

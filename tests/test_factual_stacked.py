@@ -177,3 +177,31 @@ def test_searches_at_once_answer_as_one_at_a_time_and_a_rerun_trains_nothing(tmp
         smallest_models([{**jobs[0], "store": None}])
     with pytest.raises(ValueError, match="stack"):
         smallest_models(jobs, stack=0)
+
+
+def test_the_grid_script_reads_a_whole_store_and_trains_nothing(tmp_path):
+    """scripts/fact_capacity_grid.py on a copy of the shipped store (route "stacked", what chapter 11 reads): every
+    noise point and every 3000-step attention search of two shipped draws is found, one line each, and the store
+    gains no line; bad flags exit 2 naming the flag."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from lib.factual import CAPACITY_STORE, capacity_grid_jobs
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "grid.jsonl"
+    shutil.copy(CAPACITY_STORE, out)
+    before = out.read_bytes()
+    cmd = [sys.executable, os.path.join(root, "scripts", "fact_capacity_grid.py"), "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for only, word in (("noise", "best accuracy"), ("budget", "block parameters")):    # points, then searches
+        r = subprocess.run(cmd + ["--only", only, "--draws", "0", "3", "--jobs", "2"], capture_output=True, text=True,
+                           timeout=600, env=env)
+        assert r.returncode == 0, r.stderr
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("draw ")]
+        assert len(lines) == 2 * len(capacity_grid_jobs(only)) and all(word in ln for ln in lines), r.stdout
+        assert out.read_bytes() == before
+    for flags, name in ((["--stack", "0"], "--stack"), (["--jobs", "0"], "--jobs"), (["--draws", "-1"], "--draws"),
+                        (["--route", "both"], "--route"), (["--only", "some"], "--only")):
+        r = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 2 and name in r.stderr, (flags, r.stderr)

@@ -8,7 +8,8 @@ One module per part of the task; every name is re-exported here, so `lib.factual
   training  online Adam / SGD with logged metrics (`train_facts`, `FactHistory`, `plateau`) [11]
   stacked   many models trained as one (`train_stacked`, `StackedFacts`)                    [11]
   capacity  the smallest model reaching a threshold (`smallest_model`; many searches at once:  [11]
-            `smallest_models`), trained points kept in a `FactStore`
+            `smallest_models`), trained points kept in a `FactStore`; chapter 11's whole grid of
+            one draw at once (`capacity_grid`, its jobs `capacity_grid_jobs`)
   reference their sequential-learning run at their settings (`nichani_sequential_run`) and   [11]
             the stored run of their code (`load_nichani_reference`), the book's stored runs
             (`load_nichani_book_runs`)
@@ -23,9 +24,9 @@ from .task import (FactBatch, FactTask, TABLES, fact_table, relation_only, relat
 from .models import (FACT_EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, block_param_counts,
                      embeddings, param_counts)
 from .training import FactHistory, FACT_OPTIMIZERS, SCHEDULES, FactTrainConfig, metrics, plateau, train_facts
-from .stacked import QUERY_ROUTE_DH, ROUTES, StackedFacts, attention_route, stack_key, stackable, train_stacked
-from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, DIRECT_GRID, budget_effect, direct_search, noise_point, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
-                       grid_search, grid_searches, point_key, ROUTES, smallest_model, smallest_models, trained_point,
+from .stacked import QUERY_ROUTE_DH, ROUTES as ATTENTION_ROUTES, StackedFacts, attention_route, stack_key, stackable, train_stacked
+from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, DIRECT_GRID, budget_effect, capacity_grid, capacity_grid_jobs, direct_search, noise_point, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
+                       grid_search, grid_searches, point_key, TRAIN_ROUTES, smallest_model, smallest_models, trained_point,
                        trained_points)
 from .reference import (NICHANI_RUN, NICHANI_TASK, count_logits, load_nichani_book_runs, load_nichani_reference,
                         nichani_sequential_run, nichani_task, sample_counts, sequence_counts)

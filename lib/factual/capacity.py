@@ -30,7 +30,7 @@ from .training import FactTrainConfig, train_facts
 
 
 BLOCKS = ("attention", "mlp")
-ROUTES = ("single", "stacked")
+TRAIN_ROUTES = ("single", "stacked")   # how a point is trained (lib.factual.stacked.ROUTES: how a stack attends)
 
 
 # ------------------------------------------------------------------------------ capacity, with a cache
@@ -76,10 +76,12 @@ class FactStore:
 
 
 def point_key(task: FactTask, model_cfg: FactModelConfig, train_cfg: FactTrainConfig, route: str = "single") -> dict:
-    """The store key of a trained point: everything that fixes its numbers. `route` "single" (`train_facts`, one
-    model at a time: the shipped stores' route) or "stacked" (`lib.factual.stacked.train_stacked`: equal within
-    float round-off, not bit for bit, so its points are kept apart, under that route's own code hash)."""
-    check_choice("route", route, ROUTES)
+    """The store key of a trained point: everything that fixes its numbers, up to float32 round-off (the order
+    of summation: thread count, device, and on route "stacked" the padding of the stack the model trained in;
+    small models can carry that round-off to another best accuracy). `route` "single" (`train_facts`, one model
+    at a time) or "stacked" (`lib.factual.stacked.train_stacked`, chapter 11's shipped store: equal within float
+    round-off, not bit for bit, so its points are kept apart, under that route's own code hash)."""
+    check_choice("route", route, TRAIN_ROUTES)
     key = {"task": asdict(task), "model": asdict(model_cfg), "train": asdict(train_cfg), "kind": "FactTransformer",
            "code": code_hash("factual" if route == "single" else "factual_stacked")}
     if route != "single":
@@ -350,6 +352,59 @@ def grid_searches(points, store: FactStore | None = None, device: str = "cpu", s
         raise ValueError("points must be (block, S, seed) or (block, S, seed, steps) tuples")
     jobs = [_direct_job(*p[1:]) if p[0] == "direct" else _grid_job(*p) for p in points]
     return smallest_models(jobs, store=store, device=device, stack=stack)
+
+
+GRID_PARTS = ("all", "direct", "noise", "budget")
+
+
+def capacity_grid_jobs(only: str = "all") -> list:
+    """Everything chapter 11 trains under one draw, as jobs (kind, S, seed, extra): kind "attention" or "mlp"
+    (`grid_search` at every size of CAPACITY_GRID, the sizes beyond the fit included; extra: the step budget,
+    None for the grid's 1000, or CAPACITY_GRID["budget_steps"] for the attention searches at its "budget_S"),
+    "direct" (`direct_search` at DIRECT_GRID's sizes and at its second budget) and "noise" (`noise_point`;
+    extra: (n_noise, width): DIRECT_GRID["noise"] with its few noise tokens and with the grid's own, and the
+    widest MLP at the first size beyond the fit). `only`: one part ("direct", "noise", "budget") or "all"."""
+    check_choice("only", only, GRID_PARTS)
+    g, t, nz = CAPACITY_GRID, DIRECT_GRID, DIRECT_GRID["noise"]
+    jobs = []
+    if only == "all":
+        jobs += [(b, S, s, None) for b in BLOCKS for S in g["S"][b] + g["beyond"][b] for s in g["seeds"]]
+    if only in ("all", "budget"):
+        jobs += [("attention", S, s, g["budget_steps"]) for S in g["budget_S"]["attention"] for s in g["seeds"]]
+    if only in ("all", "direct"):
+        jobs += [("direct", S, s, None) for S in t["S"] for s in g["seeds"]]
+        jobs += [("direct", S, s, t["budget_steps"]) for S in t["budget_S"] for s in g["seeds"]]
+    if only in ("all", "noise"):
+        jobs += [("noise", nz["S"], s, (k, nz["width"])) for k in (nz["n_noise"], None) for s in g["seeds"]]
+        jobs += [("noise", S, s, (None, g["unit"] * g["n_max"]["mlp"])) for S in g["beyond"]["mlp"][:1]
+                 for s in g["seeds"]]
+    return jobs
+
+
+def capacity_grid(jobs=None, store: FactStore | None = None, device: str = "cpu", stack: int = 16) -> dict:
+    """Chapter 11's grid under the current draw, route "stacked": {job: result} for every job of `jobs`
+    (default `capacity_grid_jobs()`): the searches all at once (`grid_searches`), the "noise" points by
+    `trained_points`; a search's result is `smallest_model`'s, a point's `trained_point`'s. Points `store`
+    holds are read, the rest trained and put there."""
+    jobs = capacity_grid_jobs() if jobs is None else list(jobs)
+    kinds = BLOCKS + ("direct", "noise")
+    for j in jobs:
+        if not (isinstance(j, tuple) and len(j) == 4 and j[0] in kinds):
+            raise ValueError(f"jobs must be (kind, S, seed, extra) tuples with kind one of {', '.join(kinds)}, got {j!r}")
+    g, points = CAPACITY_GRID, [j for j in jobs if j[0] == "noise"]
+    for j in points:                                    # every job checked before anything trains
+        if not (isinstance(j[3], tuple) and len(j[3]) == 2):
+            raise ValueError(f"a noise job's extra must be (n_noise, width), got {j[3]!r}")
+        width = check_int("width", j[3][1], 1)
+        if width % g["unit"]:
+            raise ValueError(f"width must be a multiple of {g['unit']}, got {width}")
+    reqs = [(_grid_task(S, s, n_noise=k), block_config("mlp", w // g["unit"], g["d"], g["d_h"], g["unit"], s))
+            for _, S, s, (k, w) in points]
+    searches = [j for j in jobs if j[0] != "noise"]
+    found = grid_searches([j[:3] if j[3] is None else j for j in searches], store=store, device=device, stack=stack)
+    out = dict(zip(searches, found))
+    out.update(zip(points, trained_points(reqs, g["train"], store, device, stack)))
+    return out
 
 
 def budget_effect(short: dict, long: dict, sizes, seeds, steps=(1000, 3000)) -> tuple:
