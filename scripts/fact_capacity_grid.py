@@ -38,36 +38,16 @@ def _line(draw, job, r):
             f"(last failure {r['last_false']}), block parameters {r['block_params']}")
 
 
-def _single(args):
-    """One job, one model at a time (route "single")."""
-    draw, job, out, device = args
+def _part(args):
+    """One process's share of a draw's jobs (lib.factual.capacity_grid on the run's route)."""
+    draw, part, out, device, stack, route = args
     import torch
     torch.set_num_threads(1)
     from lib.core.seed import set_draw
     from lib import factual as F
     set_draw(draw)
     t0 = time.perf_counter()
-    kind, S, seed, extra = job
-    store = F.FactStore(out)
-    if kind == "direct":
-        r = F.direct_search(S, seed, steps=extra, store=store, device=device)
-    elif kind == "noise":
-        r = F.noise_point(S, seed, extra[0], extra[1], store=store, device=device)
-    else:
-        r = F.grid_search(kind, S, seed, store=store, device=device, steps=extra)
-    return [(draw, job, r)], time.perf_counter() - t0
-
-
-def _stacked(args):
-    """One process's share of a draw's jobs, all at once (route "stacked": lib.factual.capacity_grid)."""
-    draw, part, out, device, stack = args
-    import torch
-    torch.set_num_threads(1)
-    from lib.core.seed import set_draw
-    from lib import factual as F
-    set_draw(draw)
-    t0 = time.perf_counter()
-    found = F.capacity_grid(part, store=F.FactStore(out), device=device, stack=stack)
+    found = F.capacity_grid(part, store=F.FactStore(out), device=device, stack=stack, route=route)
     return [(draw, j, found[j]) for j in part], time.perf_counter() - t0
 
 
@@ -77,11 +57,11 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", type=int, nargs="+", default=[0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: one per CPU core)")
     ap.add_argument("--device", default="cpu")
-    from lib.factual.capacity import GRID_PARTS
+    from lib.factual.capacity import GRID_PARTS, TRAIN_ROUTES
     ap.add_argument("--only", choices=GRID_PARTS, default="all",
                     help="direct: DIRECT_GRID's searches only; noise: the noise points only; budget: the attention "
                          "searches at CAPACITY_GRID's budget_steps only")
-    ap.add_argument("--route", choices=("stacked", "single"), default="stacked",
+    ap.add_argument("--route", choices=TRAIN_ROUTES, default="stacked",
                     help="stacked (default, what chapter 11 reads): each draw's jobs at once, models trained in stacks; "
                          "single: one model at a time")
     ap.add_argument("--stack", type=int, default=16, help="route stacked: models a stack holds at most (default 16)")
@@ -95,13 +75,13 @@ def main(argv=None) -> int:
     from lib.factual import capacity_grid_jobs
     jobs = sorted(capacity_grid_jobs(a.only), key=lambda j: -j[1])   # the largest problems first
     if a.route == "stacked":                        # per draw, the jobs dealt round the processes
-        tasks, fn = [(k, jobs[i::a.jobs], a.out, a.device, a.stack) for k in a.draws for i in range(a.jobs)], _stacked
-        tasks = [t for t in tasks if t[1]]
-    else:
-        tasks, fn = [(k, j, a.out, a.device) for k in a.draws for j in jobs], _single
+        tasks = [(k, jobs[i::a.jobs], a.out, a.device, a.stack, a.route) for k in a.draws for i in range(a.jobs)]
+    else:                                           # one job a task
+        tasks = [(k, [j], a.out, a.device, a.stack, a.route) for k in a.draws for j in jobs]
+    tasks = [t for t in tasks if t[1]]
     t0 = time.perf_counter()
     with mp.get_context("spawn").Pool(a.jobs) as pool:
-        for rows, sec in pool.imap_unordered(fn, tasks):
+        for rows, sec in pool.imap_unordered(_part, tasks):
             for draw, job, r in rows:
                 print(f"{_line(draw, job, r)}  [{sec:.0f} s, {time.perf_counter() - t0:.0f} s in all]", flush=True)
     return 0

@@ -31,7 +31,7 @@ from lib.experiments.experiment import run  # noqa: E402
 from lib.experiments.codehash import code_hash  # noqa: E402
 from lib.experiments.store import (BOOK_DATA, _point_shape, read_records,  # noqa: E402
                                    record_text)
-from lib.factual import FactModelConfig, FactTask, FactTrainConfig, trained_point, trained_points  # noqa: E402
+from lib.factual import FactModelConfig, FactTask, FactTrainConfig, route_code, trained_point, trained_points  # noqa: E402
 from lib.factual.capacity import _fact_shape  # noqa: E402
 from lib.learning.trainer import TrainSpec  # noqa: E402
 
@@ -48,9 +48,8 @@ STORES = {"ch10_points.jsonl": ("points", _stamped(_point_shape)),
 
 
 def code_part(part: str, key: dict) -> str:
-    """The code a record's numbers depend on: chapter 11's points by their route ("stacked": the stacked
-    trainer's code too)."""
-    return "factual_stacked" if part == "factual" and key.get("route") == "stacked" else part
+    """The code a record's numbers depend on: chapter 11's points by their route (`lib.factual.route_code`)."""
+    return route_code(key.get("route", "single")) if part == "factual" else part
 
 
 def same(a, b, tol=1e-5) -> bool:

@@ -3,6 +3,7 @@ counts, autograd against finite differences, the relation-only predictor against
 cache (a rerun trains nothing) and argument validation."""
 
 import math
+import json
 import os
 import warnings
 
@@ -312,10 +313,24 @@ def test_capacity_grid_refuses_bad_jobs():
             F.capacity_grid(jobs)
     with pytest.raises(ValueError, match="stack"):
         F.capacity_grid([], stack=0)
+    with pytest.raises(ValueError, match="route"):
+        F.capacity_grid([], route="both")
     st = _ReadOnly()                           # every job is checked before anything trains
     with pytest.raises(ValueError, match="width must be a multiple"):
         F.capacity_grid([("mlp", 4, 0, None), ("noise", 8, 0, (None, 6))], store=st)
     assert st.computed == 0
+
+
+def test_capacity_grid_one_at_a_time_is_the_searches_and_points_themselves():
+    """Route "single" answers as grid_search and noise_point do, point for point: they read back every point it
+    stored and train nothing."""
+    st = F.FactStore()
+    search, point = ("mlp", 4, 0, None), ("noise", 4, 0, (None, 8))
+    got = F.capacity_grid([search, point], store=st, route="single")
+    trained = st.computed
+    assert trained >= 2 and got[search]["n"] is not None
+    assert F.grid_search("mlp", 4, 0, store=st) == got[search] and F.noise_point(4, 0, None, 8, store=st) == got[point]
+    assert st.computed == trained and all(k.get("route") is None for k in map(json.loads, st.data))
 
 
 def test_direct_grid_searches_the_mlp_with_no_noise_tokens():

@@ -13,6 +13,7 @@ import pytest
 import lib
 from lib.experiments.experiment import RunResult
 from lib.experiments.codehash import code_files, code_hash
+from lib.factual import route_code
 from lib.experiments.store import BOOK_DATA, Store, point_prefix, read_records, record_line
 from lib.core.steps import StepSizes
 
@@ -20,8 +21,8 @@ SHIPPED = {"ch10_points.jsonl": "points", "ch11_capacity_grid.jsonl": "factual"}
 
 
 def _part(name: str, key: dict) -> str:
-    """The code a record depends on: chapter 11's points by their route (as scripts/restamp_stores.py reads them)."""
-    return "factual_stacked" if SHIPPED[name] == "factual" and key.get("route") == "stacked" else SHIPPED[name]
+    """The code a record depends on: chapter 11's points by their route (`lib.factual.route_code`)."""
+    return route_code(key.get("route", "single")) if SHIPPED[name] == "factual" else SHIPPED[name]
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))

@@ -26,7 +26,7 @@ from .models import (FACT_EMBEDDINGS, FactModelConfig, FactTransformer, LinearAt
 from .training import FactHistory, FACT_OPTIMIZERS, SCHEDULES, FactTrainConfig, metrics, plateau, train_facts
 from .stacked import QUERY_ROUTE_DH, ROUTES as ATTENTION_ROUTES, StackedFacts, attention_route, stack_key, stackable, train_stacked
 from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, DIRECT_GRID, budget_effect, capacity_grid, capacity_grid_jobs, direct_search, noise_point, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
-                       grid_search, grid_searches, point_key, TRAIN_ROUTES, smallest_model, smallest_models, trained_point,
+                       grid_model, grid_search, point_key, route_code, TRAIN_ROUTES, smallest_model, smallest_models, trained_point,
                        trained_points)
 from .reference import (NICHANI_RUN, NICHANI_TASK, count_logits, load_nichani_book_runs, load_nichani_reference,
                         nichani_sequential_run, nichani_task, sample_counts, sequence_counts)

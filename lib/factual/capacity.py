@@ -33,6 +33,14 @@ BLOCKS = ("attention", "mlp")
 TRAIN_ROUTES = ("single", "stacked")   # how a point is trained (lib.factual.stacked.ROUTES: how a stack attends)
 
 
+def route_code(route: str) -> str:
+    """The part of lib (`lib.experiments.codehash.code_hash`) a point trained by `route` depends on: "factual",
+    and for route "stacked" "factual_stacked" (the stacked trainer too). A stored key names its route ("route",
+    absent for "single"), so `route_code(key.get("route", "single"))` is the code a stored point must carry."""
+    check_choice("route", route, TRAIN_ROUTES)
+    return "factual" if route == "single" else "factual_stacked"
+
+
 # ------------------------------------------------------------------------------ capacity, with a cache
 
 POINT_KEY = ("task", "model", "train", "kind", "code")
@@ -81,9 +89,8 @@ def point_key(task: FactTask, model_cfg: FactModelConfig, train_cfg: FactTrainCo
     small models can carry that round-off to another best accuracy). `route` "single" (`train_facts`, one model
     at a time) or "stacked" (`lib.factual.stacked.train_stacked`, chapter 11's shipped store: equal within float
     round-off, not bit for bit, so its points are kept apart, under that route's own code hash)."""
-    check_choice("route", route, TRAIN_ROUTES)
     key = {"task": asdict(task), "model": asdict(model_cfg), "train": asdict(train_cfg), "kind": "FactTransformer",
-           "code": code_hash("factual" if route == "single" else "factual_stacked")}
+           "code": code_hash(route_code(route))}
     if route != "single":
         key["route"] = route
     if get_draw():                      # another draw (lib.core.seed.set_draw): other numbers, other key
@@ -306,17 +313,27 @@ def direct_search(S: int, seed: int, steps: int | None = None, store: FactStore 
     return smallest_model(**_direct_job(S, seed, steps), store=store, device=device)
 
 
+def grid_model(block: str, S: int, seed: int, n: int, n_noise: int | None = None) -> tuple:
+    """(task, model config) of model n of CAPACITY_GRID's search for `block` at S subjects and this seed
+    (`n_noise`: another number of distinct noise tokens; None: S + R, the grid's own)."""
+    g = CAPACITY_GRID
+    return _grid_task(S, seed, n_noise=n_noise), block_config(block, n, g["d"], g["d_h"], g["unit"], seed)
+
+
+def _noise_model(S: int, seed: int, n_noise: int | None, width: int) -> tuple:
+    """`grid_model` of the "mlp" block at MLP width `width`, which must be a multiple of the grid's unit."""
+    unit, width = CAPACITY_GRID["unit"], check_int("width", width, 1)
+    if width % unit:
+        raise ValueError(f"width must be a multiple of {unit}, got {width}")
+    return grid_model("mlp", S, seed, width // unit, n_noise)
+
+
 def noise_point(S: int, seed: int, n_noise: int | None = None, width: int = 64, store: FactStore | None = None,
                 device: str = "cpu") -> dict:
     """`trained_point` of CAPACITY_GRID's "mlp" model (T = 6, one routing head) at MLP width `width` (a
     multiple of the grid's unit) on the grid's task with S subjects and `n_noise` distinct noise tokens
     (None: S + R, the grid's own point)."""
-    g = CAPACITY_GRID
-    width = check_int("width", width, 1)
-    if width % g["unit"]:
-        raise ValueError(f"width must be a multiple of {g['unit']}, got {width}")
-    return trained_point(_grid_task(S, seed, n_noise=n_noise), block_config("mlp", width // g["unit"], g["d"], g["d_h"], g["unit"], seed),
-                         g["train"], store, device)
+    return trained_point(*_noise_model(S, seed, n_noise, width), CAPACITY_GRID["train"], store, device)
 
 
 def grid_block_params(block: str, n: int) -> int:
@@ -343,15 +360,12 @@ def grid_search(block: str, S: int, seed: int, store: FactStore | None = None, d
     return smallest_model(**_grid_job(block, S, seed, steps), store=store, device=device)
 
 
-def grid_searches(points, store: FactStore | None = None, device: str = "cpu", stack: int = 16) -> list:
-    """`grid_search` at every (block, S, seed) or (block, S, seed, steps) of `points`, all at once
-    (`smallest_models`: the models the searches wait for trained together, route "stacked"); block "direct":
-    `direct_search` at (S, seed[, steps])."""
+def _search_jobs(points) -> list:
+    """`smallest_model`'s arguments at each (block, S, seed[, steps]) point ("direct": DIRECT_GRID's search)."""
     points = list(points)
     if not all(isinstance(p, tuple) and len(p) in (3, 4) for p in points):
         raise ValueError("points must be (block, S, seed) or (block, S, seed, steps) tuples")
-    jobs = [_direct_job(*p[1:]) if p[0] == "direct" else _grid_job(*p) for p in points]
-    return smallest_models(jobs, store=store, device=device, stack=stack)
+    return [_direct_job(*p[1:]) if p[0] == "direct" else _grid_job(*p) for p in points]
 
 
 GRID_PARTS = ("all", "direct", "noise", "budget")
@@ -381,29 +395,32 @@ def capacity_grid_jobs(only: str = "all") -> list:
     return jobs
 
 
-def capacity_grid(jobs=None, store: FactStore | None = None, device: str = "cpu", stack: int = 16) -> dict:
-    """Chapter 11's grid under the current draw, route "stacked": {job: result} for every job of `jobs`
-    (default `capacity_grid_jobs()`): the searches all at once (`grid_searches`), the "noise" points by
-    `trained_points`; a search's result is `smallest_model`'s, a point's `trained_point`'s. Points `store`
-    holds are read, the rest trained and put there."""
+def capacity_grid(jobs=None, store: FactStore | None = None, device: str = "cpu", stack: int = 16,
+                  route: str = "stacked") -> dict:
+    """Chapter 11's grid under the current draw: {job: result} for every job of `jobs` (default
+    `capacity_grid_jobs()`), a search's result `smallest_model`'s, a point's `trained_point`'s. Route "stacked"
+    (what the chapter reads): the searches all at once (`smallest_models`), the "noise" points by
+    `trained_points`, at most `stack` models a stack. Route "single": each job one model at a time
+    (`grid_search`, `direct_search`, `noise_point`). Every job is checked before anything trains; points
+    `store` holds are read, the rest trained and put there."""
     jobs = capacity_grid_jobs() if jobs is None else list(jobs)
+    check_choice("route", route, TRAIN_ROUTES)
+    stack = check_int("stack", stack, 1)
     kinds = BLOCKS + ("direct", "noise")
     for j in jobs:
         if not (isinstance(j, tuple) and len(j) == 4 and j[0] in kinds):
             raise ValueError(f"jobs must be (kind, S, seed, extra) tuples with kind one of {', '.join(kinds)}, got {j!r}")
-    g, points = CAPACITY_GRID, [j for j in jobs if j[0] == "noise"]
-    for j in points:                                    # every job checked before anything trains
-        if not (isinstance(j[3], tuple) and len(j[3]) == 2):
+        if j[0] == "noise" and not (isinstance(j[3], tuple) and len(j[3]) == 2):
             raise ValueError(f"a noise job's extra must be (n_noise, width), got {j[3]!r}")
-        width = check_int("width", j[3][1], 1)
-        if width % g["unit"]:
-            raise ValueError(f"width must be a multiple of {g['unit']}, got {width}")
-    reqs = [(_grid_task(S, s, n_noise=k), block_config("mlp", w // g["unit"], g["d"], g["d_h"], g["unit"], s))
-            for _, S, s, (k, w) in points]
+    points = [j for j in jobs if j[0] == "noise"]
+    reqs = [_noise_model(S, s, *extra) for _, S, s, extra in points]
     searches = [j for j in jobs if j[0] != "noise"]
-    found = grid_searches([j[:3] if j[3] is None else j for j in searches], store=store, device=device, stack=stack)
-    out = dict(zip(searches, found))
-    out.update(zip(points, trained_points(reqs, g["train"], store, device, stack)))
+    searched = _search_jobs(j[:3] if j[3] is None else j for j in searches)
+    if route == "single":
+        return {**{j: smallest_model(**job, store=store, device=device) for j, job in zip(searches, searched)},
+                **{j: trained_point(*r, CAPACITY_GRID["train"], store, device) for j, r in zip(points, reqs)}}
+    out = dict(zip(searches, smallest_models(searched, store=store, device=device, stack=stack)))
+    out.update(zip(points, trained_points(reqs, CAPACITY_GRID["train"], store, device, stack)))
     return out
 
 
