@@ -142,6 +142,53 @@ def test_bad_arguments_raise_value_errors_naming_the_parameter():
             st.train_stacked(m, FactTrainConfig(steps=2), test_chunk=bad)
 
 
+def _all_numbers(hists):
+    return [(h.step, [getattr(h, f) for f in FIELDS]) for h in hists]
+
+
+def test_a_batch_cache_changes_no_bit_and_draws_each_batch_once():
+    # float32, exact equality: the cache hands back sample()'s own tensors, so a stack trained with a cache (shared
+    # by two stacks on the same tasks, as a search's rounds; or one too small to keep a task, which must draw
+    # again) gives every logged number of the stack trained without one
+    from lib.factual import sample
+    cfg = FactTrainConfig(steps=40, batch=32, lr=0.02, log_every=10, n_test=128, stop_at=0.6)
+    specs = SPECS["keys"]
+    models = lambda: [FactTransformer(t, c) for t, c in specs]
+    ref = _all_numbers(st.train_stacked(models(), cfg))
+    shared = st.BatchCache()
+    for cache in (shared, shared, st.BatchCache(max_bytes=4096), st.BatchCache(max_bytes=0)):
+        assert _all_numbers(st.train_stacked(models(), cfg, cache=cache)) == ref
+    # two tasks among the three models, drawn by the first stack only: one batch a step while a model of the task
+    # trains, i.e. as many as the task's last model to stop has steps
+    last = {}
+    for (task, _), (steps, _) in zip(specs, ref):
+        last[task] = max(last.get(task, 0), steps[-1])
+    assert len(shared.tasks) == 2 and shared.drawn == sum(last.values()) > 0
+    t = specs[0][0]
+    x, y = shared.get(t, 32, 3, None)
+    b = sample(t, 32, "step-3")
+    assert torch.equal(x, b.x) and torch.equal(y, b.y)
+    small = st.BatchCache(max_bytes=4096)                              # holds a few batches of one task at most
+    for i in range(20):
+        small.get(specs[1][0], 32, i, None)
+    assert 0 < small.bytes <= 4096 and len(small.tasks) <= 1
+
+
+def test_a_bad_batch_cache_is_refused_naming_the_parameter():
+    from lib.factual import FactStore, smallest_models, trained_points
+    m = [FactTransformer(FactTask(S=4, R=2, D=2), FactModelConfig(d=8))]
+    for bad in (-1, 1.5, True, "1"):
+        with pytest.raises(ValueError, match="max_bytes"):
+            st.BatchCache(max_bytes=bad)
+    for bad in ({}, 3, "cache"):
+        with pytest.raises(ValueError, match="cache"):
+            st.train_stacked(m, FactTrainConfig(steps=2), cache=bad)
+        with pytest.raises(ValueError, match="cache"):
+            trained_points([(m[0].task, m[0].cfg)], FactTrainConfig(steps=2), FactStore(), cache=bad)
+        with pytest.raises(ValueError, match="cache"):
+            smallest_models([], cache=bad)
+
+
 def test_a_diverging_stack_names_the_model_as_train_facts_raises():
     t, cfg = FactTask(S=4, R=2, D=2), FactTrainConfig(steps=4, log_every=2, lr=1e30, optimizer="sgd")
     with pytest.raises(FloatingPointError, match="not finite at step 2"):

@@ -24,7 +24,7 @@ from .task import (FactBatch, FactTask, TABLES, fact_table, relation_only, relat
 from .models import (FACT_EMBEDDINGS, FactModelConfig, FactTransformer, LinearAttention, VALUES, block_param_counts,
                      embeddings, param_counts)
 from .training import FactHistory, FACT_OPTIMIZERS, SCHEDULES, FactTrainConfig, metrics, plateau, train_facts
-from .stacked import QUERY_ROUTE_DH, ROUTES as ATTENTION_ROUTES, StackedFacts, attention_route, stack_key, stackable, train_stacked
+from .stacked import QUERY_ROUTE_DH, ROUTES as ATTENTION_ROUTES, BatchCache, StackedFacts, attention_route, stack_key, stackable, train_stacked
 from .capacity import (BLOCKS, CAPACITY_GRID, CAPACITY_STORE, DIRECT_GRID, budget_effect, capacity_grid, capacity_grid_jobs, direct_search, noise_point, FactStore, POINT_KEY, POINT_RESULT, block_config, grid_block_params,
                        grid_model, grid_search, point_key, route_code, TRAIN_ROUTES, smallest_model, smallest_models, trained_point,
                        trained_points)

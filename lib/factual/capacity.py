@@ -25,6 +25,7 @@ from ..experiments.codehash import code_hash
 from ..experiments.store import (BOOK_DATA, append_line, canonical, check_store_path, read_records,
                                  read_shipped, record_text)
 from .models import FactModelConfig, FactTransformer, block_param_counts, param_counts
+from .stacked import batch_cache, stack_key, train_stacked
 from .task import FactTask, _check_task
 from .training import FactTrainConfig, train_facts
 
@@ -117,12 +118,12 @@ def trained_point(task: FactTask, model_cfg: FactModelConfig, train_cfg: FactTra
 
 
 def trained_points(requests, train_cfg: FactTrainConfig, store: FactStore | None = None, device: str = "cpu",
-                   stack: int = 16) -> list:
+                   stack: int = 16, cache=None) -> list:
     """`trained_point` of every (task, model_cfg) of `requests`, route "stacked": the points not in `store` trained
     together by `lib.factual.stacked.train_stacked`, at most `stack` models a stack, models that can share one
-    grouped and sorted by size (a stack pads every model to its largest)."""
-    from .stacked import stack_key, train_stacked
-    stack = check_int("stack", stack, 1)
+    grouped and sorted by size (a stack pads every model to its largest). `cache`: the
+    `lib.factual.stacked.BatchCache` the stacks read their batches from (None: a new one for this call)."""
+    stack, cache = check_int("stack", stack, 1), batch_cache(cache)
     if not isinstance(train_cfg, FactTrainConfig):
         raise ValueError(f"train_cfg must be a FactTrainConfig, got {type(train_cfg).__name__}")
     requests = list(requests)
@@ -140,7 +141,7 @@ def trained_points(requests, train_cfg: FactTrainConfig, store: FactStore | None
         for j in range(0, len(idx), stack):
             part = idx[j:j + stack]
             models = [FactTransformer(*requests[i]) for i in part]
-            for i, m, h in zip(part, models, train_stacked(models, train_cfg, device=device)):
+            for i, m, h in zip(part, models, train_stacked(models, train_cfg, device=device, cache=cache)):
                 out[i] = _result(m, h)
                 if store is not None:
                     store.put(keys[i], out[i])
@@ -191,13 +192,14 @@ def smallest_model(task: FactTask, block: str, threshold: float, train_cfg: Fact
     return {"n": br.first_true, "last_false": br.last_false, "params": c["trainable"], "block_params": c[block]}
 
 
-def smallest_models(jobs, store: FactStore | None = None, device: str = "cpu", stack: int = 16) -> list:
+def smallest_models(jobs, store: FactStore | None = None, device: str = "cpu", stack: int = 16, cache=None) -> list:
     """`smallest_model(**job)` for every job (a dict of its arguments: task, block, threshold, train_cfg, d and the
     optional ones), all searches at once: each runs as `smallest_model` does, but whenever every search waits
     for a model, the models they wait for are trained together (`trained_points`, route "stacked", at most
     `stack` a stack). The answers are those of the searches one at a time, up to the stacked route's float
     round-off (a model right at the threshold could land on the other side). The searches run in threads
-    that only wait on each other; the training runs in the caller's thread."""
+    that only wait on each other; the training runs in the caller's thread. Every round reads its batches from
+    one `lib.factual.stacked.BatchCache` (`cache`; None: a new one), so a search's task is drawn once, not once a round."""
     import threading
 
     jobs = list(jobs)
@@ -205,7 +207,7 @@ def smallest_models(jobs, store: FactStore | None = None, device: str = "cpu", s
         raise ValueError("jobs must be dicts of smallest_model's arguments")
     if any(k in j for j in jobs for k in ("store", "device", "point")):
         raise ValueError("jobs must not set store, device or point: smallest_models sets them")
-    stack = check_int("stack", stack, 1)
+    stack, cache = check_int("stack", stack, 1), batch_cache(cache)
     cond = threading.Condition()
     pending: list = []
     state = {"active": len(jobs)}
@@ -248,7 +250,7 @@ def smallest_models(jobs, store: FactStore | None = None, device: str = "cpu", s
             by_train.setdefault(canonical(asdict(req["train"])), []).append(req)
         for reqs in by_train.values():
             try:
-                got = trained_points([(r["task"], r["model"]) for r in reqs], reqs[0]["train"], store, device, stack)
+                got = trained_points([(r["task"], r["model"]) for r in reqs], reqs[0]["train"], store, device, stack, cache)
             except BaseException as e:                  # every search waiting on these gets the error
                 got = [e] * len(reqs)
             with cond:
@@ -419,8 +421,9 @@ def capacity_grid(jobs=None, store: FactStore | None = None, device: str = "cpu"
     if route == "single":
         return {**{j: smallest_model(**job, store=store, device=device) for j, job in zip(searches, searched)},
                 **{j: trained_point(*r, CAPACITY_GRID["train"], store, device) for j, r in zip(points, reqs)}}
-    out = dict(zip(searches, smallest_models(searched, store=store, device=device, stack=stack)))
-    out.update(zip(points, trained_points(reqs, CAPACITY_GRID["train"], store, device, stack)))
+    cache = batch_cache(None)                        # the noise points share tasks with the searches
+    out = dict(zip(searches, smallest_models(searched, store=store, device=device, stack=stack, cache=cache)))
+    out.update(zip(points, trained_points(reqs, CAPACITY_GRID["train"], store, device, stack, cache)))
     return out
 
 

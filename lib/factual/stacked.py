@@ -15,7 +15,9 @@ equal `train_facts`'s within float round-off (tests/test_factual_stacked.py: flo
 Why it is faster. One step of a small model is mostly per-operation overhead: M models in one stack pay
 it once. And the attention is computed through the query instead of through every key: with one query
 per sequence, the scores are e_t . (K_h q_h) and the output is (sum_t a_t e_t) V_h, O(H d (T + d_h)) per
-sequence instead of O(H T d d_h) (`FactTransformer.attention` forms every key and value).
+sequence instead of O(H T d d_h) (`FactTransformer.attention` forms every key and value). A search trains
+models of several sizes on one task, each on the same batches: a `BatchCache` shared by its stacks draws each
+batch once.
 
 `train_stacked(models, cfg)` returns the FactHistory of each model, as `train_facts` would; `stackable`
 says why a list of models cannot share a stack.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 
 import torch
 
@@ -139,10 +142,11 @@ class StackedFacts(torch.nn.Module):
         H, dh = w["Q"].shape[1], self.cfg0.d_h
         d = w["wte"].shape[2]
         route = self.route or attention_route(dh)
-        model = torch.arange(M, device=x.device)
+        vocab = w["wte"].shape[1]
+        ids = x + (torch.arange(M, device=x.device) * vocab)[:, None, None]       # model i's ids into its own rows
+        e = w["wte"].reshape(M * vocab, d).index_select(0, ids.reshape(-1)).view(M, B, T, d)
         heads = lambda W: W.permute(0, 2, 1, 3).reshape(M, d, -1)                # (M, H, d, k) -> (M, d, H k)
-        q = torch.bmm(w["wte"][model[:, None], x[:, :, -1]], heads(w["Q"])).view(M, B, H, dh)   # last position
-        e = w["wte"][model[:, None, None], x]                                     # (M, B, T, d)
+        q = torch.bmm(e[:, :, -1].contiguous(), heads(w["Q"])).view(M, B, H, dh)   # the last position's query
         if route == "query":         # through the query: scores e_t . (K_h q_h), output (sum_t a_t e_t) V_h
             kq = torch.einsum("mbhk,mhdk->mbhd", q, w["K"])                        # (M, B, H, d)
             a = torch.softmax(torch.einsum("mbtd,mbhd->mbht", e, kq) / math.sqrt(dh), dim=-1)
@@ -166,14 +170,57 @@ class StackedFacts(torch.nn.Module):
         return torch.bmm(h, w["unembed"].transpose(1, 2))
 
 
+class BatchCache:
+    """Training batches kept between stacks. Batch i of a task (its stream "step-i", `sample`'s x and y) is the
+    same for every model of that task and every stack it trains in, so the later rounds of a search, which train
+    other sizes on the same task, read the batches its first round drew instead of drawing them again (drawing a
+    batch of chapter 11's grid costs about as much as a step of its small models). What `get` returns is `sample`'s
+    own tensors, so training with or without a cache is the same bit for bit (tests/test_factual_stacked.py).
+    At most `max_bytes` are kept: past it the tasks least recently read are dropped (and drawn again if needed)."""
+
+    def __init__(self, max_bytes: int = 1 << 30):
+        self.max_bytes = check_int("max_bytes", max_bytes, 0)
+        self.tasks: OrderedDict = OrderedDict()      # (task, batch size) -> {step: (x, y)}, least recent first
+        self.bytes = 0
+        self.drawn = 0                               # batches drawn (not found) since construction
+
+    def get(self, task: FactTask, N: int, i: int, table: torch.Tensor | None = None) -> tuple:
+        """(x, y) of `sample(task, N, f"step-{i}", table)`, drawn once and then kept (`table`: the task's
+        `fact_table`, None: computed, as `sample` does)."""
+        key = (task, check_int("N", N, 1))
+        i = check_int("i", i, 0)
+        steps = self.tasks.setdefault(key, {})
+        self.tasks.move_to_end(key)
+        got = steps.get(i)
+        if got is None:
+            b = sample(task, N, f"step-{i}", table)
+            got = steps[i] = (b.x, b.y)
+            self.drawn += 1
+            self.bytes += b.x.nbytes + b.y.nbytes
+            while self.bytes > self.max_bytes and self.tasks:
+                old_key, old = self.tasks.popitem(last=False)
+                self.bytes -= sum(x.nbytes + y.nbytes for x, y in old.values())
+        return got
+
+
+def batch_cache(cache) -> BatchCache:
+    """`cache` if it is a `BatchCache`, a new one (default size) for None; else a ValueError naming it."""
+    if cache is None:
+        return BatchCache()
+    if not isinstance(cache, BatchCache):
+        raise ValueError(f"cache must be None or a BatchCache, got {type(cache).__name__}")
+    return cache
+
+
 def train_stacked(models, cfg: FactTrainConfig, device: str = "cpu", test_chunk: int = 8,
-                  route: str | None = None) -> list:
+                  route: str | None = None, cache: BatchCache | None = None) -> list:
     """`train_facts(model, cfg)` for every model of `models`, in one stack (`StackedFacts`): the list of
     their FactHistory, in order. Each model stops as `train_facts` would (its test accuracy reaching
     `cfg.stop_at` at a logged step, or the last step) and then leaves the stack. `seconds` is the stack's
     wall time up to that model's stop. The models themselves are not modified. `test_chunk`: models
     evaluated at once on their test sets (memory: test_chunk n_test T d numbers). `route`: the stack's attention
-    route (None: `attention_route`'s at each call)."""
+    route (None: `attention_route`'s at each call). `cache`: a `BatchCache` to read and keep the training batches
+    in (shared by the stacks of a search; None: drawn for this stack only)."""
     why = stackable(models)
     if why:
         raise ValueError(why)
@@ -183,6 +230,7 @@ def train_stacked(models, cfg: FactTrainConfig, device: str = "cpu", test_chunk:
         raise ValueError(f"test_chunk must be a positive integer, got {test_chunk!r}")
     if route is not None and route not in ROUTES:
         raise ValueError(f"route must be None or one of {', '.join(ROUTES)}, got {route!r}")
+    cache = BatchCache(0) if cache is None else batch_cache(cache)   # 0: keeps nothing, each batch drawn once a step
     tasks = [m.task for m in models]
     tables = {t: fact_table(t) for t in set(tasks)}
     qs = {t: relation_only(t, tables[t]).to(device) for t in tables}
@@ -225,9 +273,9 @@ def train_stacked(models, cfg: FactTrainConfig, device: str = "cpu", test_chunk:
         batches = {}                                 # models of one task share its batch
         for k in live:
             if tasks[k] not in batches:
-                batches[tasks[k]] = sample(tasks[k], cfg.batch, f"step-{i}", tables[tasks[k]])
-        x = torch.stack([batches[tasks[k]].x for k in live]).to(device)
-        y = torch.stack([batches[tasks[k]].y for k in live]).to(device)
+                batches[tasks[k]] = cache.get(tasks[k], cfg.batch, i, tables[tasks[k]])
+        x = torch.stack([batches[tasks[k]][0] for k in live]).to(device)
+        y = torch.stack([batches[tasks[k]][1] for k in live]).to(device)
         logits = stack(x)
         ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
         loss = ce.view(len(live), -1).mean(1).sum()
