@@ -147,9 +147,9 @@ def _all_numbers(hists):
 
 
 def test_a_batch_cache_changes_no_bit_and_draws_each_batch_once():
-    # float32, exact equality: the cache hands back sample()'s own tensors, so a stack trained with a cache (shared
-    # by two stacks on the same tasks, as a search's rounds; or one too small to keep a task, which must draw
-    # again) gives every logged number of the stack trained without one
+    # float32, exact equality: a stack trained with a cache (shared by two stacks on the same tasks, as a
+    # search's rounds; or one too small to keep a task, which must draw again) gives every logged number of the
+    # stack trained without one, and every batch it keeps is sample()'s
     from lib.factual import sample
     cfg = FactTrainConfig(steps=40, batch=32, lr=0.02, log_every=10, n_test=128, stop_at=0.6)
     specs = SPECS["keys"]
@@ -164,14 +164,32 @@ def test_a_batch_cache_changes_no_bit_and_draws_each_batch_once():
     for (task, _), (steps, _) in zip(specs, ref):
         last[task] = max(last.get(task, 0), steps[-1])
     assert len(shared.tasks) == 2 and shared.drawn == sum(last.values()) > 0
-    t = specs[0][0]
-    x, y = shared.get(t, 32, 3, None)
-    b = sample(t, 32, "step-3")
-    assert torch.equal(x, b.x) and torch.equal(y, b.y)
-    small = st.BatchCache(max_bytes=4096)                              # holds a few batches of one task at most
-    for i in range(20):
-        small.get(specs[1][0], 32, i, None)
-    assert 0 < small.bytes <= 4096 and len(small.tasks) <= 1
+    for task, n in last.items():
+        for i in range(n):
+            x, y = shared.get(task, 32, i)
+            b = sample(task, 32, f"step-{i}")
+            assert torch.equal(x, b.x) and torch.equal(y, b.y), (task, i)
+    assert shared.drawn == sum(last.values())                           # all found, none drawn again
+    small = st.BatchCache(max_bytes=1 << 17)                            # one buffer (64 steps) at most
+    for i in (0, 70, 3, 0, 70):                                         # buffers 0, 1, 0, 0, 1: each drops the other
+        x, y = small.get(specs[1][0], 32, i)
+        b = sample(specs[1][0], 32, f"step-{i}")
+        assert torch.equal(x, b.x) and torch.equal(y, b.y)
+    assert 0 < small.bytes <= 1 << 17 and small.drawn == 5
+
+
+def test_a_batch_cache_keeps_draws_apart():
+    from lib.core.seed import get_draw, set_draw
+    from lib.factual import sample
+    t, cache, before = SPECS["keys"][0][0], st.BatchCache(), get_draw()
+    try:
+        x0, _ = cache.get(t, 16, 0)
+        set_draw(before + 7)
+        x7, _ = cache.get(t, 16, 0)
+        assert torch.equal(x7, sample(t, 16, "step-0").x) and not torch.equal(x0, x7)
+    finally:
+        set_draw(before)
+    assert torch.equal(cache.get(t, 16, 0)[0], x0) and cache.drawn == 2
 
 
 def test_a_bad_batch_cache_is_refused_naming_the_parameter():
@@ -180,6 +198,12 @@ def test_a_bad_batch_cache_is_refused_naming_the_parameter():
     for bad in (-1, 1.5, True, "1"):
         with pytest.raises(ValueError, match="max_bytes"):
             st.BatchCache(max_bytes=bad)
+    cache, t = st.BatchCache(), m[0].task
+    for args, name in (((None, 4, 0), "task"), ((["S"], 4, 0), "task"), ((t, 0, 0), "N"), ((t, 1.5, 0), "N"),
+                       ((t, 4, -1), "i"), ((t, 4, "3"), "i")):
+        with pytest.raises(ValueError, match=name):
+            cache.get(*args)
+    assert not cache.tasks and cache.bytes == 0 and cache.drawn == 0   # a refused call leaves nothing behind
     for bad in ({}, 3, "cache"):
         with pytest.raises(ValueError, match="cache"):
             st.train_stacked(m, FactTrainConfig(steps=2), cache=bad)

@@ -32,8 +32,9 @@ from collections import OrderedDict
 import torch
 
 from ..core.config import check_int
+from ..core.seed import get_draw
 from .models import FactModelConfig, FactTransformer
-from .task import FactTask, fact_table, relation_only, sample
+from .task import FactTask, _check_task, fact_table, relation_only, sample
 from .training import FactHistory, FactTrainConfig, metrics
 
 
@@ -173,34 +174,51 @@ class StackedFacts(torch.nn.Module):
 class BatchCache:
     """Training batches kept between stacks. Batch i of a task (its stream "step-i", `sample`'s x and y) is the
     same for every model of that task and every stack it trains in, so the later rounds of a search, which train
-    other sizes on the same task, read the batches its first round drew instead of drawing them again (drawing a
-    batch of chapter 11's grid costs about as much as a step of its small models). What `get` returns is `sample`'s
-    own tensors, so training with or without a cache is the same bit for bit (tests/test_factual_stacked.py).
-    At most `max_bytes` are kept: past it the tasks least recently read are dropped (and drawn again if needed)."""
+    other sizes on the same task, read the batches its first round drew instead of drawing them again (a batch
+    of chapter 11's grid takes about as long to draw as a step of a small stack takes to train). What `get`
+    returns equals `sample`'s tensors, so training with or without a cache is the same bit for bit
+    (tests/test_factual_stacked.py). Batches are keyed by the task, the batch size and the draw
+    (`lib.core.seed.get_draw`), and copied into buffers of `CHUNK` steps each, so that the many small batches
+    kept do not pin the sampler's freed memory. At most `max_bytes` of buffers are kept, and the buffer just read:
+    past it the tasks least recently read are dropped, then the current task's other buffers (and drawn again
+    if needed). Not thread-safe: one thread trains."""
+
+    CHUNK = 64                                       # steps a buffer holds
 
     def __init__(self, max_bytes: int = 1 << 30):
         self.max_bytes = check_int("max_bytes", max_bytes, 0)
-        self.tasks: OrderedDict = OrderedDict()      # (task, batch size) -> {step: (x, y)}, least recent first
-        self.bytes = 0
+        self.tasks: OrderedDict = OrderedDict()      # (task, N, draw) -> {"table", chunk: (xs, ys, filled)}, LRU first
+        self.bytes = 0                               # bytes of the buffers kept
         self.drawn = 0                               # batches drawn (not found) since construction
 
-    def get(self, task: FactTask, N: int, i: int, table: torch.Tensor | None = None) -> tuple:
-        """(x, y) of `sample(task, N, f"step-{i}", table)`, drawn once and then kept (`table`: the task's
-        `fact_table`, None: computed, as `sample` does)."""
-        key = (task, check_int("N", N, 1))
-        i = check_int("i", i, 0)
-        steps = self.tasks.setdefault(key, {})
+    def get(self, task: FactTask, N: int, i: int) -> tuple:
+        """(x, y) equal to `sample(task, N, f"step-{i}")`'s under the current draw, drawn once and then kept."""
+        _check_task(task)
+        N, i = check_int("N", N, 1), check_int("i", i, 0)
+        key = (task, N, get_draw())
+        entry = self.tasks.get(key)
+        if entry is None:
+            entry = self.tasks[key] = {"table": fact_table(task)}
         self.tasks.move_to_end(key)
-        got = steps.get(i)
-        if got is None:
-            b = sample(task, N, f"step-{i}", table)
-            got = steps[i] = (b.x, b.y)
+        c, r = divmod(i, self.CHUNK)
+        if c not in entry:
+            xs = torch.empty(self.CHUNK, N, task.T, dtype=torch.long)
+            ys = torch.empty(self.CHUNK, N, dtype=torch.long)
+            entry[c] = (xs, ys, torch.zeros(self.CHUNK, dtype=torch.bool))
+            self.bytes += xs.nbytes + ys.nbytes
+        xs, ys, filled = entry[c]
+        if not filled[r]:
+            b = sample(task, N, f"step-{i}", entry["table"])
+            xs[r], ys[r] = b.x, b.y
+            filled[r] = True
             self.drawn += 1
-            self.bytes += b.x.nbytes + b.y.nbytes
-            while self.bytes > self.max_bytes and self.tasks:
-                old_key, old = self.tasks.popitem(last=False)
-                self.bytes -= sum(x.nbytes + y.nbytes for x, y in old.values())
-        return got
+        while self.bytes > self.max_bytes and len(self.tasks) > 1:     # this task is the most recent: kept
+            _, old = self.tasks.popitem(last=False)
+            self.bytes -= sum(v[0].nbytes + v[1].nbytes for k, v in old.items() if k != "table")
+        for k in [k for k in entry if k not in ("table", c)] if self.bytes > self.max_bytes else ():
+            self.bytes -= entry[k][0].nbytes + entry[k][1].nbytes     # then its other buffers
+            del entry[k]
+        return xs[r], ys[r]
 
 
 def batch_cache(cache) -> BatchCache:
@@ -230,7 +248,8 @@ def train_stacked(models, cfg: FactTrainConfig, device: str = "cpu", test_chunk:
         raise ValueError(f"test_chunk must be a positive integer, got {test_chunk!r}")
     if route is not None and route not in ROUTES:
         raise ValueError(f"route must be None or one of {', '.join(ROUTES)}, got {route!r}")
-    cache = BatchCache(0) if cache is None else batch_cache(cache)   # 0: keeps nothing, each batch drawn once a step
+    if cache is not None:
+        cache = batch_cache(cache)
     tasks = [m.task for m in models]
     tables = {t: fact_table(t) for t in set(tasks)}
     qs = {t: relation_only(t, tables[t]).to(device) for t in tables}
@@ -273,7 +292,11 @@ def train_stacked(models, cfg: FactTrainConfig, device: str = "cpu", test_chunk:
         batches = {}                                 # models of one task share its batch
         for k in live:
             if tasks[k] not in batches:
-                batches[tasks[k]] = cache.get(tasks[k], cfg.batch, i, tables[tasks[k]])
+                if cache is None:                    # drawn for this step only
+                    b = sample(tasks[k], cfg.batch, f"step-{i}", tables[tasks[k]])
+                    batches[tasks[k]] = (b.x, b.y)
+                else:
+                    batches[tasks[k]] = cache.get(tasks[k], cfg.batch, i)
         x = torch.stack([batches[tasks[k]][0] for k in live]).to(device)
         y = torch.stack([batches[tasks[k]][1] for k in live]).to(device)
         logits = stack(x)
