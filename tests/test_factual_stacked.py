@@ -158,6 +158,8 @@ def test_a_batch_cache_changes_no_bit_and_draws_each_batch_once():
     shared = st.BatchCache()
     for cache in (shared, shared, st.BatchCache(max_bytes=4096), st.BatchCache(max_bytes=0)):
         assert _all_numbers(st.train_stacked(models(), cfg, cache=cache)) == ref
+        kept = sum(v[0].nbytes + v[1].nbytes for e in cache.tasks.values() for k, v in e.items() if k != "table")
+        assert cache.bytes == kept > 0 and len(cache.tasks) == (2 if cache is shared else 1)
     # two tasks among the three models, drawn by the first stack only: one batch a step while a model of the task
     # trains, i.e. as many as the task's last model to stop has steps
     last = {}
@@ -171,7 +173,7 @@ def test_a_batch_cache_changes_no_bit_and_draws_each_batch_once():
             assert torch.equal(x, b.x) and torch.equal(y, b.y), (task, i)
     assert shared.drawn == sum(last.values())                           # all found, none drawn again
     small = st.BatchCache(max_bytes=1 << 17)                            # one buffer (64 steps) at most
-    for i in (0, 70, 3, 0, 70):                                         # buffers 0, 1, 0, 0, 1: each drops the other
+    for i in (0, 70, 3, 0, 70):              # buffers 0, 1, 0 (new), 0 (its row 0 unfilled), 1 (new again)
         x, y = small.get(specs[1][0], 32, i)
         b = sample(specs[1][0], 32, f"step-{i}")
         assert torch.equal(x, b.x) and torch.equal(y, b.y)
@@ -183,13 +185,16 @@ def test_a_batch_cache_keeps_draws_apart():
     from lib.factual import sample
     t, cache, before = SPECS["keys"][0][0], st.BatchCache(), get_draw()
     try:
-        x0, _ = cache.get(t, 16, 0)
+        x0, y0 = cache.get(t, 16, 0)
         set_draw(before + 7)
-        x7, _ = cache.get(t, 16, 0)
-        assert torch.equal(x7, sample(t, 16, "step-0").x) and not torch.equal(x0, x7)
+        x7, y7 = cache.get(t, 16, 0)
+        b = sample(t, 16, "step-0")
+        assert torch.equal(x7, b.x) and torch.equal(y7, b.y) and not torch.equal(x0, x7)
     finally:
         set_draw(before)
-    assert torch.equal(cache.get(t, 16, 0)[0], x0) and cache.drawn == 2
+    b = sample(t, 16, "step-0")
+    x, y = cache.get(t, 16, 0)
+    assert torch.equal(x, b.x) and torch.equal(y, b.y) and torch.equal(x, x0) and cache.drawn == 2
 
 
 def test_a_bad_batch_cache_is_refused_naming_the_parameter():
