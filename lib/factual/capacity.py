@@ -25,7 +25,7 @@ from ..experiments.codehash import code_hash
 from ..experiments.store import (BOOK_DATA, append_line, canonical, check_store_path, read_records,
                                  read_shipped, record_text)
 from .models import FactModelConfig, FactTransformer, block_param_counts, param_counts
-from .stacked import batch_cache, stack_key, train_stacked
+from .stacked import BatchCache, batch_cache, stack_key, train_stacked
 from .task import FactTask, _check_task
 from .training import FactTrainConfig, train_facts
 
@@ -421,7 +421,7 @@ def capacity_grid(jobs=None, store: FactStore | None = None, device: str = "cpu"
     if route == "single":
         return {**{j: smallest_model(**job, store=store, device=device) for j, job in zip(searches, searched)},
                 **{j: trained_point(*r, CAPACITY_GRID["train"], store, device) for j, r in zip(points, reqs)}}
-    cache = batch_cache(None)                        # the noise points share tasks with the searches
+    cache = BatchCache()                             # the noise points share tasks with the searches
     out = dict(zip(searches, smallest_models(searched, store=store, device=device, stack=stack, cache=cache)))
     out.update(zip(points, trained_points(reqs, CAPACITY_GRID["train"], store, device, stack, cache)))
     return out

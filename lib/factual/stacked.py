@@ -174,8 +174,8 @@ class StackedFacts(torch.nn.Module):
 class BatchCache:
     """Training batches kept between stacks. Batch i of a task (its stream "step-i", `sample`'s x and y) is the
     same for every model of that task and every stack it trains in, so the later rounds of a search, which train
-    other sizes on the same task, read the batches its first round drew instead of drawing them again (a batch
-    of chapter 11's grid takes about as long to draw as a step of a small stack takes to train). What `get`
+    other sizes on the same task, read the batches its first round drew instead of drawing them again (drawing is
+    a cost per step and task that does not shrink with the models, so small stacks feel it most). What `get`
     returns equals `sample`'s tensors, so training with or without a cache is the same bit for bit
     (tests/test_factual_stacked.py). Batches are keyed by the task, the batch size and the draw
     (`lib.core.seed.get_draw`), and copied into buffers of `CHUNK` steps each, so that the many small batches
