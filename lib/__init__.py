@@ -16,7 +16,7 @@ it). Chapter in brackets.
     task           the token-retrieval sampler (nested in N), keys and values                [1]
     models         Params, the direct forward pass (materialises (N, L, d)), the loss; the
                    one logits map and the one hard-attention rule                            [3]
-    memory         linear associative memories, their scores and their capacities            [2]
+    memory         linear associative memories, their recall and their scores                [2]
     gradients      closed-form gradients on the direct route, and the autograd reference     [3]
     steps          StepSizes and ThreeSteps: what the three steps are                        [4-6]
   fast/         the same computations on token ids, never an (N, L, d) tensor
@@ -28,12 +28,13 @@ it). Chapter in brackets.
   learning/     the three steps as a schedule, evaluation, multi-step training
     schedule       three_steps: the three-entry schedule on either route                     [4-6]
     evaluate       test, attention and oracle-attention accuracy                             [all]
-    trainer        multi-step training: autograd reference, and `train` (GD / Adam on the
-                   count route, records, TrainSpec for trained N*)                           [7, 10]
+    trainer        multi-step training: autograd reference, `train_memory` (linear memories),
+                   and `train` (GD / Adam on the count route, records, TrainSpec)            [2, 7, 10]
     crosscheck     the count route's training against autograd: gradient and parameter gaps [10]
   experiments/  experiments over seeds and grids, with a crash-safe store
     experiment     run(cfg, N, ...): the one-call experiment over seeds                      [4-7]
     codehash       the hash of the lib source a stored point depends on (part of its key)    [4-7]
+    records        the record format both stores share (JSON lines, checksums, appends)      [4-7, 11]
     store          the append-only store of evaluated points (JSON lines, checksums)          [4-7]
     capacity       critical sample size N* on that store (resumable)                         [4-7]
     bootstrap      the bootstrap over seeds of N* on its evaluated grid                      [7]
@@ -41,6 +42,8 @@ it). Chapter in brackets.
                    cluster (probed, memory limits, failures as one line)                     [7]
     sweep          N* over grids of configurations: resumable, parallel, bootstrap N*        [7]
     per_problem    N* problem by problem over a grid (one sweep per problem seed)           [7, 10]
+    memory_capacity  capacities of linear memories (Hebbian, trained, every pair) and of the
+                   three steps' population memory (N = infinity, oracle attention)           [2, 6-10]
     recall         facts recalled: the trained transformer, the linear memory (trained, Hebbian);
                    attention after the three steps and after training from three starts      [10]
   theory/       closed-form predictions and fits, one module per chapter (re-exported by lib.theory)

@@ -1,6 +1,6 @@
 """Chapter 2's every-pair capacity of trained linear memories at larger d than the chapter runs live.
 
-For each d and memory seed s: `lib.core.memory.trained_capacity(d, 1.0, seeds=1, first_seed=s, steps, lr=3.0)`,
+For each d and memory seed s: `lib.experiments.memory_capacity.trained_capacity(d, 1.0, seeds=1, first_seed=s, steps, lr=3.0)`,
 the largest n of which a d x d memory trained by Adam (full batch, `steps` steps, stopped once every pair is
 right) recalls every pair. Writes one JSON object (provenance and {d: [n per seed]}). Usage:
 
@@ -21,7 +21,7 @@ def one(args):
     d, s, steps = args
     import torch
     torch.set_num_threads(1)
-    from lib.core.memory import trained_capacity
+    from lib.experiments.memory_capacity import trained_capacity
     return d, s, trained_capacity(d, 1.0, seeds=1, first_seed=s, steps=steps, lr=3.0)
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ["lib/core/embeddings.py", "lib/core/task.py", "lib/core/models.py", "lib/fast/tokens.py", "lib/core/gradients.py",
         "lib/fast/counts.py", "lib/fast/limit.py", "lib/learning/schedule.py", "lib/core/steps.py", "lib/learning/evaluate.py", "lib/core/search.py",
-        "lib/experiments/experiment.py", "lib/experiments/capacity.py", "lib/experiments/store.py", "lib/experiments/sweep.py", "lib/core/memory.py",
+        "lib/experiments/experiment.py", "lib/experiments/capacity.py", "lib/experiments/store.py", "lib/experiments/sweep.py", "lib/core/memory.py", "lib/experiments/memory_capacity.py", "lib/experiments/records.py",
         "lib/core/featuremaps.py", "lib/learning/trainer.py", "lib/core/optim.py"]
 SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
         ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}

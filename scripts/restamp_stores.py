@@ -29,8 +29,8 @@ from lib.core.seed import set_draw  # noqa: E402
 from lib.core.steps import StepSizes  # noqa: E402
 from lib.experiments.experiment import run  # noqa: E402
 from lib.experiments.codehash import code_hash  # noqa: E402
-from lib.experiments.store import (BOOK_DATA, _point_shape, read_records,  # noqa: E402
-                                   record_text)
+from lib.experiments.records import BOOK_DATA, read_records, record_text  # noqa: E402
+from lib.experiments.store import _point_shape  # noqa: E402
 from lib.factual import FactModelConfig, FactTask, FactTrainConfig, route_code, trained_point, trained_points  # noqa: E402
 from lib.factual.capacity import _fact_shape  # noqa: E402
 from lib.learning.trainer import TrainSpec  # noqa: E402

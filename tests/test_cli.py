@@ -100,7 +100,7 @@ def test_nstar_json_and_the_cache_is_read(capsys, tmp_path):
     for line in cache.read_text().splitlines():
         rec = json.loads(line)
         rec["result"]["acc"] = 0.0
-        rec["sha256"] = lib.experiments.store.checksum(rec["key"], rec["result"])     # a valid record, planted
+        rec["sha256"] = lib.experiments.records.checksum(rec["key"], rec["result"])     # a valid record, planted
         lines.append(json.dumps(rec) + "\n")
     cache.write_text("".join(lines))
     planted = json.loads(cli(capsys, *args, "--n-max", str(res["nstar"]))[1])

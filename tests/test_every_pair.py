@@ -1,7 +1,7 @@
 """Chapter 2's shipped every-pair capacities: the grid is whole and one entry recomputes."""
 import pytest
 
-from lib.core.memory import shipped_every_pair, trained_capacity
+from lib.experiments.memory_capacity import shipped_every_pair, trained_capacity
 
 pytestmark = pytest.mark.slow   # two trained capacity searches
 

@@ -8,7 +8,8 @@ import torch
 import lib
 from lib.analysis.construct import bayes_accuracy_unmarked, hand_built, hand_built_predicted_accuracy
 from lib.core.embeddings import coherence, draw_vectors
-from lib.core.memory import hebbian, hebbian_capacity, make_memory, recall_accuracy
+from lib.core.memory import hebbian, make_memory, recall_accuracy
+from lib.experiments.memory_capacity import hebbian_capacity
 from lib.theory import (capacity_from_constant, fit_constant, fit_power_law, inner_product_moments,
                         predicted_coherence)
 
@@ -144,7 +145,7 @@ def test_hand_built_accuracy_figure_draws_every_series():
 
 
 def test_capacity_searches_start_at_first_seed():
-    from lib.core.memory import trained_capacity
+    from lib.experiments.memory_capacity import trained_capacity
     one = [hebbian_capacity(16, seeds=1, first_seed=s) for s in range(3)]
     assert one[0] == hebbian_capacity(16, seeds=1)
     assert len(set(one)) > 1                        # different memories, different capacities
@@ -157,7 +158,7 @@ def test_capacity_searches_start_at_first_seed():
 
 @pytest.mark.slow
 def test_every_pair_at_once_is_at_least_as_strict():
-    from lib.core.memory import trained_capacity
+    from lib.experiments.memory_capacity import trained_capacity
     for s in range(2):
         assert trained_capacity(16, 1.0, seeds=1, first_seed=s, steps=100, lr=3.0) <= \
             trained_capacity(16, 0.9, seeds=1, first_seed=s, steps=100, lr=3.0)

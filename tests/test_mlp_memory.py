@@ -35,8 +35,8 @@ def test_rf_kernel_gap_is_the_rms_of_kappa_minus_k_and_shrinks_with_width():
 def test_capacity_brackets_the_switch_of_the_recall():
     cfg = _cfg(m=512)
     v_star = mlp_memory.capacity(cfg, 0, start=32, threshold=0.9, resolution=0.25)
-    assert lib.core.memory.population_recall(cfg.with_(V=int(v_star / 1.3)), 0) >= 0.9
-    assert lib.core.memory.population_recall(cfg.with_(V=int(math.ceil(v_star * 1.3))), 0) < 0.9
+    assert lib.experiments.memory_capacity.population_recall(cfg.with_(V=int(v_star / 1.3)), 0) >= 0.9
+    assert lib.experiments.memory_capacity.population_recall(cfg.with_(V=int(math.ceil(v_star * 1.3))), 0) < 0.9
 
 
 @pytest.mark.parametrize("call, name", [

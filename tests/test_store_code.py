@@ -14,7 +14,8 @@ import lib
 from lib.experiments.experiment import RunResult
 from lib.experiments.codehash import code_files, code_hash
 from lib.factual import route_code
-from lib.experiments.store import BOOK_DATA, Store, point_prefix, read_records, record_line
+from lib.experiments.records import BOOK_DATA, read_records
+from lib.experiments.store import Store, point_prefix, record_line
 from lib.core.steps import StepSizes
 
 SHIPPED = {"ch10_points.jsonl": "points", "ch11_capacity_grid.jsonl": "factual"}

@@ -205,10 +205,10 @@ def test_the_installed_package_reads_every_shipped_dataset(built, tmp_path):
     site = installed(wheel, tmp_path)
     code = ("import os, lib\n"
             "from lib.core.paths import data_dir\n"
-            "from lib.core.memory import shipped_every_pair\n"
+            "from lib.experiments.memory_capacity import shipped_every_pair\n"
             "from lib.analysis import attention_curve as ac, lowerbound_beyond as bb, lowerbound_pairs as lp\n"
             "from lib import factual as F\n"
-            "from lib.experiments.store import BOOK_DATA, read_records\n"
+            "from lib.experiments.records import BOOK_DATA, read_records\n"
             "n = [len(shipped_every_pair()['n']), len(ac.shipped_curves('slice')), len(lp.shipped_pair_rows()),\n"
             "     len(bb.shipped_beyond_rows()), len(F.load_nichani_reference()),\n"
             "     len(F.load_nichani_book_runs('nichani_book_seeds')), len(F.FactStore(None, read_also=F.CAPACITY_STORE)),\n"

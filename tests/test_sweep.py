@@ -325,7 +325,8 @@ def test_recheck_recomputes_a_stored_searchs_deciding_points(tmp_path):
 
 def test_chapter_10s_shipped_store_is_whole_and_current():
     from lib.experiments.codehash import code_hash
-    from lib.experiments.store import BOOK_DATA, _point_shape, read_records
+    from lib.experiments.records import BOOK_DATA, read_records
+    from lib.experiments.store import _point_shape
     path = os.path.join(BOOK_DATA, "ch10_points.jsonl")
     records, bad = read_records(path, _point_shape)
     assert not bad and len(records) > 1000                       # regenerate: bash scripts/ship_ch10_store.sh

@@ -197,10 +197,10 @@ def test_min_width_searches_down_to_a_single_unit():
 
 def test_population_recall_is_exact_for_orthogonal_embeddings_and_fails_for_small_d():
     orth = lib.TaskConfig(V=10, d=24, L=3, embedding="orthogonal", trigger_in_value=False, device="cpu")
-    assert lib.core.memory.population_recall(orth, 0) == 1.0
+    assert lib.experiments.memory_capacity.population_recall(orth, 0) == 1.0
     tiny = lib.TaskConfig(V=200, d=4, L=3, model="mlp", m=16, trigger_in_value=False, device="cpu")
-    assert lib.core.memory.population_recall(tiny, 0) < 0.5
-    assert lib.core.memory.population_capacity(tiny.with_(d=32, m=512), seeds=1) > 20
+    assert lib.experiments.memory_capacity.population_recall(tiny, 0) < 0.5
+    assert lib.experiments.memory_capacity.population_capacity(tiny.with_(d=32, m=512), seeds=1) > 20
 
 
 def test_fit_power_law_interval_recovers_an_exact_slope():
@@ -238,7 +238,7 @@ def test_fit_power_law_interval_is_the_textbook_standard_error():
     lambda: T.mlp_noise_terms(128, 64, 10, 100, tau=-1.0),
     lambda: T.mlp_predicted_accuracy(128, 64, 10, 100, drop=("nonsense",)),
     lambda: T.coverage_vlog(100, 1.5),
-    lambda: lib.core.memory.population_recall("cfg"),
+    lambda: lib.experiments.memory_capacity.population_recall("cfg"),
     lambda: T.fit_power_law_interval([1, 2], [1, 2]),
 ])
 def test_chapter8_functions_reject_bad_arguments(call):

@@ -1,7 +1,7 @@
 """The one-step MLP memory's logits split into the terms of chapter 8's error budget, measured.
 
 With oracle attention the limit-mode memory is G3 = sum_j f_j (u_{Pi j} - u_bar) phi(v_j)^T
-(`lib.core.memory.population_recall` is its N -> infinity limit), f_j = n_j / N the fraction of samples
+(`lib.experiments.memory_capacity.population_recall` is its N -> infinity limit), f_j = n_j / N the fraction of samples
 whose informative token is j. Since u_bar is the mean of the V labels and sum_j f_j = 1, the logit of
 label k for input x is exactly
 

@@ -13,7 +13,7 @@ import torch
 
 from ..core.config import TaskConfig, check_float, check_int
 from ..core.embeddings import make_problem
-from ..core.memory import population_recall
+from ..experiments.memory_capacity import population_recall
 from ..core.models import features
 from ..core.search import threshold_search
 from ..theory import mlp_kernel
@@ -38,7 +38,7 @@ def rf_kernel_gap(cfg: TaskConfig, seed: int) -> float:
 def capacity(cfg: TaskConfig, seed: int, start: int, threshold: float, resolution: float) -> float:
     """V* of one problem: the largest V whose memory (exact counts, oracle attention) recalls a
     fraction >= `threshold` of its tokens, bracketed by doubling from `start` and bisection to
-    `resolution` (`lib.core.search`, as `lib.core.memory.population_capacity` does for a mean over
+    `resolution` (`lib.core.search`, as `lib.experiments.memory_capacity.population_capacity` does for a mean over
     problems); the bracket's geometric midpoint. Starting at a V where the threshold allows one wrong
     token (not at V = 2) keeps a single unlucky token at a small V from ending the doubling early."""
     start = check_int("start", start, 1)

@@ -3,7 +3,7 @@
 `fit(tensors, lrs, loss_and_hits, n, cfg)` runs `cfg.steps` full-batch steps; `loss_and_hits()`
 accumulates the gradients into `.grad` and returns (mean loss, number of correct predictions).
 It records a `History` of loss and training accuracy and can stop early at a target accuracy.
-Used by `lib.core.memory` (linear associative memories) and `lib.learning.trainer` (the transformers).
+Used by `lib.learning.trainer` (linear associative memories and the transformers).
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
-"""Experiments over seeds and grids: one run, the crash-safe store, critical sample sizes, sweeps."""
+"""Experiments over seeds and grids: one run, the crash-safe store, critical sample sizes, sweeps,
+the capacities of linear memories."""
 
-from . import experiment, store, capacity, sweep  # noqa: F401
+from . import experiment, store, capacity, sweep, memory_capacity  # noqa: F401

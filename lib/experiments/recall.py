@@ -12,7 +12,8 @@ import torch
 
 from ..core.config import TaskConfig, check_bool, check_float, check_int
 from ..core.embeddings import make_problem
-from ..core.memory import hebbian, make_memory, recall_accuracy, train_memory
+from ..core.memory import hebbian, make_memory, recall_accuracy
+from ..learning.trainer import train_memory
 from ..core.models import Params
 from ..core.optim import TrainConfig
 from ..core.search import threshold_search

@@ -3,7 +3,7 @@
 Capacity (`smallest_model`): the smallest number of heads (attention block, m = 0) or the smallest
 MLP width (one head kept fixed) whose trained model reaches a test-accuracy threshold, by
 `lib.core.search.smallest_true`; every trained point is kept in a `FactStore` (the record format and the
-crash-safe append of `lib.experiments.store`), so a rerun trains nothing. Why not `lib.experiments.store.Store` itself: the
+crash-safe append of `lib.experiments.records`), so a rerun trains nothing. Why not `lib.experiments.store.Store` itself: the
 sweep engine's store keys a result by (configuration prefix, N), N the number of training samples of
 one run of `lib.experiments.sweep`, and holds `RunResult`s; a capacity point here is keyed by the task, the model
 and the training configuration (no N: training is online), and holds a FactHistory summary. `FactStore`
@@ -22,8 +22,8 @@ from ..core.config import check_choice, check_float, check_int
 from ..core.search import threshold_search
 from ..core.seed import get_draw
 from ..experiments.codehash import code_hash
-from ..experiments.store import (BOOK_DATA, append_line, canonical, check_store_path, read_records,
-                                 read_shipped, record_text)
+from ..experiments.records import (BOOK_DATA, append_line, canonical, check_store_path, read_records,
+                                   read_shipped, record_text)
 from .models import FactModelConfig, FactTransformer, block_param_counts, param_counts
 from .stacked import BatchCache, batch_cache, stack_key, train_stacked
 from .task import FactTask, _check_task
@@ -55,10 +55,10 @@ def _fact_shape(key: dict, result: dict) -> bool:
 
 class FactStore:
     """Trained points, keyed by everything that fixes their numbers. The record format, reader and
-    appender of lib.experiments.store (`record_text`, `read_records`, `append_line`: one checksummed line per
+    appender of lib.experiments.records (`record_text`, `read_records`, `append_line`: one checksummed line per
     point, appended under flock and fsynced; invalid or cut lines reported and retrained).
     `path=None`: memory only. `read_also`: another store's file whose points are read too but never
-    written (a store shipped with the book, read by lib.experiments.store.read_shipped: it must be whole,
+    written (a store shipped with the book, read by lib.experiments.records.read_shipped: it must be whole,
     and need not be writable): new points go to `path` only."""
 
     def __init__(self, path: str | None = None, read_also: str | None = None):

@@ -7,8 +7,8 @@ empirical cross-entropy, with torch autograd through the token-id forward pass o
 closed-form count-route step: `train` below runs full-batch GD or Adam on `lib.fast.counts.count_gradients`
 (`gd_counts` is its gradient-descent form), and tests/test_train.py and tests/test_count_gradients.py
 bind the two (float64, relative 1e-10).
-The loop itself (`TrainConfig`, `History`) lives in `lib.core.optim`; linear associative memories are
-trained by `lib.core.memory.train_memory` (re-exported here).
+The loop itself (`TrainConfig`, `History`) lives in `lib.core.optim`; `train_memory` runs it on a linear
+associative memory of `lib.core.memory` (chapter 2).
 
 `train` (chapter 10) is the count-route trainer for many steps: full-batch gradient descent or Adam
 on both blocks (W_V and the full d x d W_KQ, whose gradient is rank one, k q^T), from zero or from
@@ -39,7 +39,7 @@ from ..core.config import check_bool, check_choice, check_float, check_int
 from ..fast.counts import _count_gradients
 from ..core.embeddings import Problem
 from .evaluate import N_TEST
-from ..core.memory import train_memory
+from ..core.memory import Memory, memory_logits
 from ..core.models import Params, check_params, hard_attention, readout_matrix, zero_params
 from ..core.optim import OPTIMIZERS, History, TrainConfig, fit
 from .schedule import three_steps
@@ -52,6 +52,28 @@ __all__ = ["OPTIMIZERS", "History", "TrainConfig", "train_memory", "train_transf
            "tied_best", "choose_lr"]
 
 INITS = ("zero", "three_steps")
+
+
+def train_memory(mem: Memory, cfg: TrainConfig = TrainConfig(), W0: torch.Tensor | None = None,
+                 ) -> tuple[torch.Tensor, History]:
+    """Train a linear associative memory W (d, d) on all n pairs (x, Pi x) from W0 (default 0)."""
+    if not isinstance(mem, Memory):
+        raise ValueError(f"mem must be a Memory (see lib.core.memory.make_memory), got {type(mem).__name__}")
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    W = torch.zeros(mem.d, mem.d, dtype=mem.E.dtype, device=mem.E.device) if W0 is None else W0.detach().clone()
+    if tuple(W.shape) != (mem.d, mem.d):
+        raise ValueError(f"W0 must have shape {(mem.d, mem.d)}, got {tuple(W.shape)}")
+    W.requires_grad_(True)
+
+    def loss_and_hits():
+        logits = memory_logits(mem, W)
+        loss = Fn.cross_entropy(logits, mem.perm)
+        loss.backward()
+        return float(loss.detach()), int((logits.argmax(1) == mem.perm).sum())
+
+    hist = fit([W], [cfg.lr], loss_and_hits, mem.n, cfg)
+    return W.detach(), hist
 
 
 def _check(problem: Problem, batch: Batch, cfg: TrainConfig, init: Params | None) -> Params:
