@@ -3,7 +3,8 @@
 #   1. the library's tests (tests/ except tests/book and the tests marked after_build, the slow ones
 #      included; the 25 slowest printed; headless matplotlib: MPLBACKEND=Agg for this step only), in
 #      two processes of one thread each (pytest-xdist, one test file at a time per process, so a
-#      file's module fixtures are built once);
+#      file's module fixtures are built once; the two files that grade notebooks first, as
+#      tests/conftest.py orders them, so that both processes end near together);
 #   2. every notebook under nbval (its asserts are the chapter's tests) and, at the same time, the
 #      clean book build of scripts/build_book.sh (the very same book, with every figure): both
 #      execute the notebooks, so they run side by side instead of one after the other;
@@ -51,7 +52,7 @@ finish_beside() {
 
 echo "== library tests"
 OMP_NUM_THREADS=1 MPLBACKEND=Agg .venv/bin/python -m pytest tests -q -p no:cacheprovider --ignore=tests/book \
-  -m "not after_build" -n 2 --dist loadfile --durations=25
+  -m "not after_build" -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 t_lib=$(date +%s)
 
 echo "== notebooks (nbval, CPU) alongside the book build (jupyter-book -W -n --keep-going)"

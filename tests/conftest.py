@@ -28,3 +28,15 @@ def random_params(cfg, seed, scale=1.0):
     g = torch.Generator().manual_seed(seed)
     return lib.Params(scale * torch.randn(cfg.d, cfg.width, generator=g, dtype=torch.float64),
                       scale * torch.randn(cfg.d, cfg.d, generator=g, dtype=torch.float64))
+
+
+# The two files whose tests grade whole notebooks take minutes on one process (test_course_pipeline.py about 5,
+# test_course.py about 2), every other file well under one. scripts/test.sh runs the tests in two processes, one
+# file at a time each (pytest-xdist --dist loadfile --no-loadscope-reorder: files in this order); started first,
+# these two end beside the many short files rather than after them, so both processes end near together.
+HEAVY_FIRST = ("test_course_pipeline.py", "test_course.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FIRST)))     # stable: the rest keep their order

@@ -658,9 +658,20 @@ SHORTCUT_HOLES = {
 # simulation): marked slow, as SLOW_DERIVATIONS
 SLOW_SHORTCUTS = {"ex-value-signal-var", "ex-value-signal-var#window", "ex-fact-count", "ex-lb-errors", "ex-value-count-factor", "ex-attention-gaussian#antithetic",
                   "ex-refined-key-var", "ex-lb-bayes", "ex-int-sphere-margin", "ex-train-adam-first", "ex-task-bias"}
-# seconds a check cell may run here: the shortcuts that run past it are brute force at arguments where it would run for
-# hours (the grader's cell time limit stops those); every other shortcut finishes within a few seconds
+# seconds a check cell may run here: every check a shortcut does not brute-force ends (raises) within a few seconds
 SHORTCUT_TIME_LIMIT = 20.0
+# the checks a shortcut brute-forces, at arguments where no machine finishes inside the grader's limit (course.sh:
+# 900 s a cell): each runs here for BRUTE_FORCE_LIMIT seconds and must still be running then (a declaration that no
+# longer holds fails the test). The work, in Python-level steps (tens of nanoseconds each at the very least):
+BRUTE_FORCE = {
+    ("ex-fact-count", "ex-fact-count-check"): "every map of 60 subjects to 5 answers: 5^60",
+    ("ex-fact-count", "ex-fact-count-check-b"): "every map of 60 subjects to 5 answers: 5^60",
+    ("ex-lb-errors", "ex-lb-errors-check"): "the ball of 20 errors at V = 200, D = 8: about 10^45 tables",
+    ("ex-value-count-factor", "ex-value-count-factor-check"): "the trinomial at N = 10^15: 5 10^29 terms",
+    ("ex-value-count-factor", "ex-value-count-factor-check-b"): "the binomial at N = 10^15: 10^15 terms",
+    ("ex-value-signal-var", "ex-value-signal-var-check"): "the binomial at N = 10^12: 10^12 terms",
+}
+BRUTE_FORCE_LIMIT = 3.0
 
 
 class _TimeLimit(BaseException):
@@ -708,8 +719,9 @@ def _globals(src: str) -> tuple[set, set]:
 
 def _run_shortcut(key: str, every: bool = False) -> dict:
     """Execute the shortcut, then the check cells of its exercise in full (visible and hidden tests) in the same
-    namespace, as the grader does, each under SHORTCUT_TIME_LIMIT, up to the first that fails (all of them with
-    `every`); {grade_id: None if it passed, else why not}."""
+    namespace, as the grader does, each under SHORTCUT_TIME_LIMIT (BRUTE_FORCE_LIMIT for the checks of
+    BRUTE_FORCE), up to the first that fails (all of them with `every`); {grade_id: None if it passed, else why
+    not}."""
     label = key.split("#")[0]
     path = dict(_derivation_chapters())[label]
     _, checks = _exercises(nbformat.read(path, as_version=4))[label]
@@ -732,10 +744,11 @@ def _run_shortcut(key: str, every: bool = False) -> dict:
     try:
         for c in checks:
             gid = c.metadata.nbgrader["grade_id"]
+            limit = BRUTE_FORCE_LIMIT if (key, gid) in BRUTE_FORCE else SHORTCUT_TIME_LIMIT
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    signal.setitimer(signal.ITIMER_REAL, SHORTCUT_TIME_LIMIT)
+                    signal.setitimer(signal.ITIMER_REAL, limit)
                     exec(c.source, ns)
                 out[gid] = None
             except NameError:   # a name the chapter defines and _chapter_names missed: this harness's error
@@ -743,7 +756,7 @@ def _run_shortcut(key: str, every: bool = False) -> dict:
             except Exception as e:  # noqa: BLE001 -- the grader scores a cell that raises 0, whatever it raises
                 out[gid] = f"{type(e).__name__} {e}".strip()
             except _TimeLimit:
-                out[gid] = f"over {SHORTCUT_TIME_LIMIT:g} s"
+                out[gid] = f"over {limit:g} s"
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             if out[gid] is not None and not every:
@@ -777,6 +790,20 @@ def test_a_shortcut_student_fails_every_derivation(key):
     outcome = _run_shortcut(key, every=True)
     passed = [gid for gid, why in outcome.items() if why is None]
     assert not passed, f"{key}: the shortcut passes {passed}: {outcome}"
+    # a check declared brute force is still running when stopped: its arguments have not shrunk to a size where
+    # the shortcut ends (and, ending, might pass under the grader's longer limit)
+    stopped = f"over {BRUTE_FORCE_LIMIT:g} s"
+    ended = {gid: why for gid, why in outcome.items() if (key, gid) in BRUTE_FORCE and why != stopped}
+    assert not ended, f"{key}: declared brute force, but these checks ended within {BRUTE_FORCE_LIMIT:g} s: {ended}"
+
+
+def test_brute_force_declarations_name_a_shortcut_and_a_check_of_its_exercise():
+    paths = dict(_derivation_chapters())
+    for key, gid in BRUTE_FORCE:
+        label = key.split("#")[0]
+        assert key in SHORTCUTS, key
+        _, checks = _exercises(nbformat.read(paths[label], as_version=4))[label]
+        assert gid in {c.metadata.nbgrader["grade_id"] for c in checks}, (key, gid)
 
 
 @pytest.mark.slow
