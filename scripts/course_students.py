@@ -502,6 +502,22 @@ def count_third(N, V):
     return sum(math.exp(_lf(N) - _lf(k) - _lf(N - k) + k * math.log(1 / V) + (N - k) * math.log(1 - 1 / V))
                * (V * k / N) ** 3 for k in range(N + 1))
 """,
+    # the exact sums where they are cheap, the large-sample limit 1 everywhere else: no derivation, and right to
+    # 1e-6 at any size the visible checks use; the checks call the functions on sympy symbols (a branch on a
+    # symbol raises) and compare at 60 digits, where the limit is off by 1 / N
+    "ex-value-count-factor#branch": """
+def count_cross(N, V):
+    if N > 60:
+        return 1.0
+    return sum(math.factorial(N) / (math.factorial(a) * math.factorial(b) * math.factorial(N - a - b))
+               * (1 / V) ** (a + b) * (1 - 2 / V) ** (N - a - b) * (V * a / N) * (V * b / N)
+               for a in range(N + 1) for b in range(N + 1 - a))
+
+def count_third(N, V):
+    if N > 10 ** 5:
+        return 1.0
+    return sum(math.comb(N, k) * (1 / V) ** k * (1 - 1 / V) ** (N - k) * (V * k / N) ** 3 for k in range(N + 1))
+""",
     # brute force: the exact conditional moments summed over the binomial's support at the arguments (in logs)
     # a sum over a window of +- (40 standard deviations + 40) around the binomial mean (scipy's pmf, vectorised):
     # exact to round-off at any size (the mass outside the window is below float64's resolution), so only the
