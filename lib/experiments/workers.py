@@ -154,10 +154,13 @@ def _failure(err: BaseException, where: str, name: str, done: int, total: int) -
 def _local_cluster(distributed, jobs: int):
     """A LocalCluster of `jobs` worker processes whose logs are silenced and which ignore SIGINT from
     their start (a preload: Ctrl-C in a terminal signals the whole process group; this process, not
-    the workers, handles it, and closes them)."""
+    the workers, handles it, and closes them). No dashboard; the scheduler's own HTTP server (which it
+    starts whatever the dashboard setting, at port 8787 unless told otherwise) takes a free local port,
+    so a second cluster on the machine makes no "Port 8787 is already in use" warning."""
     n = (os.cpu_count() or 1) if jobs == -1 else jobs
     return distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                    dashboard_address=None, silence_logs=logging.CRITICAL, preload=[IGNORE_SIGINT])
+                                    dashboard_address=None, silence_logs=logging.CRITICAL, preload=[IGNORE_SIGINT],
+                                    scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
 
 
 def _join(distributed, scheduler: str):
