@@ -36,10 +36,10 @@ it). Chapter in brackets.
     codehash       the hash of the lib source a stored point depends on (part of its key)    [4-7]
     records        the record format both stores share (JSON lines, checksums, appends)      [4-7, 11]
     store          the append-only store of evaluated points (JSON lines, checksums)          [4-7]
+    workers        memory checks of a search or grid, where points run: the watchdog, the
+                   Dask cluster (probed, memory limits, failures as one line)                [4-7]
     capacity       critical sample size N* on that store (resumable)                         [4-7]
     bootstrap      the bootstrap over seeds of N* on its evaluated grid                      [7]
-    workers        where grid points run: memory checks, the workers' watchdog, the Dask
-                   cluster (probed, memory limits, failures as one line)                     [7]
     sweep          N* over grids of configurations: resumable, parallel, bootstrap N*        [7]
     per_problem    N* problem by problem over a grid (one sweep per problem seed)           [7, 10]
     memory_capacity  capacities of linear memories (Hebbian, trained, every pair) and of the

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import textwrap
@@ -293,9 +294,18 @@ def _sweep(a) -> None:
         for flag in ("scheduler",):                               # the flag, as the user typed it
             if msg.startswith(f"{flag} "):
                 msg = f"--{flag.replace('_', '-')}{msg[len(flag):]}"
-        if isinstance(err, sweep_engine.ClusterError) and a.cache:
-            msg += f" (finished points are kept in {a.cache})"
+        if isinstance(err, sweep_engine.ClusterError):
+            msg += _kept(a)
         raise ValueError(msg) from None
+
+
+def _kept(a) -> str:
+    """Where the finished points are, when some are: the cache file, if it exists and holds a line."""
+    cache = getattr(a, "cache", None)
+    try:
+        return f" (finished points are kept in {cache})" if cache and os.path.getsize(cache) > 0 else ""
+    except OSError:
+        return ""
 
 
 def main(argv=None) -> int:
@@ -351,7 +361,6 @@ def main(argv=None) -> int:
         print(f"{prog}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:                  # Ctrl-C: one line, the shell's status for SIGINT
-        done = f" (finished points are kept in {a.cache})" if getattr(a, "cache", None) else ""
-        print(f"{prog}: interrupted{done}", file=sys.stderr)
+        print(f"{prog}: interrupted{_kept(a)}", file=sys.stderr)
         return 130
     return 0

@@ -257,6 +257,35 @@ def test_the_library_refuses_such_batches_too():
         pytest.skip("the available memory is unknown here")
     with pytest.raises(ValueError, match="^N = "):
         lib.sample_batch(problem, 10 * avail // 4)
+    # a few samples of a long sequence: the batch is small, the block of 4096 rows drawn at a time is not
+    # (it made torch's allocator raise a RuntimeError: a traceback from `nstar --L 100000000`)
+    long = lib.make_problem(lib.TaskConfig(V=16, d=8, L=avail // 4096, device="cpu"), 0)
+    with pytest.raises(ValueError, match=f"^L = {avail // 4096} needs about .* drawn 4096 at a time"):
+        lib.sample_batch(long, 16)
+
+
+@pytest.mark.parametrize("command", ["nstar", "sweep"])
+@pytest.mark.parametrize("args,name", [
+    (["--V", "16", "--d", "8", "--L", "4", "--n-max", "1000000000000"], "n_max = 1000000000000"),
+    (["--V", "16", "--d", "8", "--L", "1000000000", "--n-max", "1024"], "L = 1000000000"),
+    (["--V", "10000000", "--d", "4096", "--L", "4", "--n-min", "16", "--n-max", "32"], "V = 10000000"),
+    (["--V", "16", "--d", "1000000000", "--L", "4", "--n-min", "16", "--n-max", "32"], "d = 1000000000"),
+    (["--V", "16", "--d", "8", "--L", "4", "--n-max", "1024", "--n-test", "1000000000000"], "n_test = 1000000000000"),
+])
+def test_a_search_that_cannot_fit_is_refused_before_any_point(capsys, monkeypatch, command, args, name):
+    """nstar, like sweep, checks its largest point (N = n_max) before the first, and names the
+    parameter that makes it large: it used to double until the memory ran out (n_max) or die with a
+    traceback (L)."""
+    from lib.experiments import capacity
+
+    def never(*a, **k):
+        raise AssertionError("a point was computed")
+    monkeypatch.setattr(capacity, "run", never)
+    if lib.core.config.available_memory() is None:
+        pytest.skip("the available memory is unknown here")
+    rc, out, err = cli(capsys, command, *args, "--threshold", "0.9", "--seeds", "1", "--device", "cpu")
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"error: {name} needs about" in err and "GiB" in err and "available" in err, err
 
 
 def test_an_unwritable_cache_is_found_before_any_point_is_computed(capsys, tmp_path):
@@ -291,7 +320,9 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (proc.returncode, err[-400:])
-    assert err.strip().splitlines() == [f"python -m lib sweep: interrupted (finished points are kept in {cache})"]
+    # the cache is named only when it holds finished points (an interrupt before the first names none)
+    kept = f" (finished points are kept in {cache})" if cache.exists() and cache.stat().st_size > 0 else ""
+    assert err.strip().splitlines() == [f"python -m lib sweep: interrupted{kept}"], err
 
 
 def test_a_relative_cache_is_made_absolute_and_an_empty_one_refused(tmp_path, monkeypatch):

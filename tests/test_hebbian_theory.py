@@ -95,6 +95,24 @@ def test_conditional_model_averages_back_to_the_unconditional_variances():
     assert float(np.mean(var_w)) == pytest.approx(th["wrong_var"], rel=0.02)
 
 
+@pytest.mark.parametrize("n,d", [(2, 3), (3, 3), (50, 24)])
+def test_conditional_model_averages_back_exactly(n, d):
+    """The conditional variances are polynomials in a, b of degree 3 at most: a generalised
+    Gauss-Laguerre rule on chi^2_d / d (6 nodes, exact to degree 11) averages them with no sampling
+    error, and the unconditional variances must come back to 1e-12 (the sampled test above allows 2 %,
+    too loose for a change of a^n/d^2 terms; n = 2 has no third pair)."""
+    from scipy.special import roots_genlaguerre
+    x, w = roots_genlaguerre(6, d / 2 - 1)
+    a, w = 2 * x / d, w / w.sum()                                     # a ~ chi^2_d / d
+    mean_y, var_y, var_w = hebbian_conditional_moments(n, d, a[:, None], a[None, :])
+    W = w[:, None] * w[None, :]
+    th = hebbian_score_moments(n, d)
+    mean = float((W * mean_y).sum())
+    assert mean == pytest.approx(1.0, rel=1e-12)
+    assert float((W * (var_y + mean_y ** 2)).sum()) - mean ** 2 == pytest.approx(th["correct_var"], rel=1e-12)
+    assert float((W * var_w).sum()) == pytest.approx(th["wrong_var"], rel=1e-12)
+
+
 def test_predicted_accuracy_is_a_probability_falling_with_n_and_close_to_measured():
     accs = [hebbian_predicted_accuracy(n, 64) for n in (10, 40, 100, 400)]
     assert all(0.0 <= a <= 1.0 for a in accs) and accs == sorted(accs, reverse=True)

@@ -57,13 +57,15 @@ SAMPLE_BLOCK = 4096   # samples per random block: the data of N samples are the 
 
 def check_batch_memory(cfg, N: int, name: str = "N") -> None:
     """Refuse a batch of N samples that cannot fit in the memory still available (drawn on the CPU:
-    N L int32 token ids and three int64 per sample), naming `name` (N, or n_test for a test set),
-    or L when the sequence length is the larger factor."""
+    N L int32 token ids and three int64 per sample, plus the block of SAMPLE_BLOCK L int64 ids being
+    drawn and its shifted copy, whatever N), naming `name` (N, or n_test for a test set), or L when the
+    sequence length is the larger factor."""
     what = f"{N} samples of L = {cfg.L} token ids"
-    if cfg.L > N:
-        check_memory("L", cfg.L, N * (4 * cfg.L + 3 * 8), what + f" ({name} = {N})")
+    batch, block = N * (4 * cfg.L + 3 * 8), 2 * 8 * SAMPLE_BLOCK * cfg.L
+    if cfg.L > N or block > batch:
+        check_memory("L", cfg.L, batch + block, what + f" ({name} = {N}, drawn {SAMPLE_BLOCK} at a time)")
     else:
-        check_memory(name, N, N * (4 * cfg.L + 3 * 8), what)
+        check_memory(name, N, batch + block, what)
 
 
 def sample_batch(problem: Problem, N: int, seed: int = 0, split: str = "train") -> Batch:

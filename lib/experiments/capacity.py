@@ -25,8 +25,7 @@ from .experiment import METRICS, run
 from ..core.search import threshold_search
 from ..core.steps import StepSizes
 from .store import Store, point_prefix
-
-
+from .workers import check_grid_memory, point_bytes, point_culprit
 
 
 @dataclass
@@ -48,7 +47,9 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
     the default), "att_acc" (attention picks the marked position: the attention requirement alone)
     or "oracle_acc" (recall with oracle attention at test). The store's points hold all three, so
     searches on different metrics share them. `on_point(N, point, reached)`, if given, is called as each
-    evaluated N is known (computed or read from the store), in the search's order."""
+    evaluated N is known (computed or read from the store), in the search's order. Before any point,
+    the search's largest (N = n_max) must fit in the memory available (`lib.experiments.workers.
+    check_grid_memory`, as a sweep checks its grid), else a ValueError naming n_max, n_test, L, V or d."""
     if not isinstance(cfg, TaskConfig):
         raise ValueError(f"cfg must be a TaskConfig, got {type(cfg).__name__}")
     if metric not in METRICS:
@@ -58,6 +59,10 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
     n_min = check_int("n_min", n_min if n_min is not None else min(cfg.V, n_max), 1)
     prefix = point_prefix(cfg, seeds=seeds, seed=seed, mode=mode, n_test=n_test, step_sizes=step_sizes,
                           training=training)
+    # before any point: the search's largest, at n_max, must fit (as a sweep checks its grid)
+    name = f"V={cfg.V} d={cfg.d} L={cfg.L}" + (f" m={cfg.m}" if cfg.m is not None else "")
+    check_grid_memory([name], [point_bytes(cfg, n_max, n_test, mode)], n_max,
+                      culprits=[point_culprit(cfg, n_max, n_test, mode)])
     if store is not None and cache is not None:
         raise ValueError("cache and store cannot both be given")
     if store is not None and not isinstance(store, Store):

@@ -69,7 +69,7 @@ from ..core.seed import get_draw, set_draw
 from ..core.steps import StepSizes
 from .store import Store, code_hash, point_prefix   # code_hash: lib.experiments.codehash
 from .workers import (WORKER_BYTES, Abandoned, ClusterError, check_grid_memory, dask_guard,  # noqa: F401
-                      dask_results, die_with_parent, point_bytes, worker_hash_check)
+                      dask_results, die_with_parent, point_bytes, point_culprit, worker_hash_check)
 
 CONFIG_FIELDS = tuple(f.name for f in fields(TaskConfig) if f.name != "device")
 BACKENDS = ("loky", "threading", "dask")    # the backends sweep() accepts by name
@@ -186,7 +186,8 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     """N* of every configuration, in input order (see the module docstring for store and parallelism).
 
     Before any work, the grid's largest point searched up to n_max must fit in the memory available
-    (`lib.experiments.workers.check_grid_memory`), else a ValueError naming n_max or jobs.
+    (`lib.experiments.workers.check_grid_memory`), else a ValueError naming the parameter that makes it
+    large (n_max, n_test, L, V, noise_vocab, d, m) or jobs.
     jobs = 1 and no backend: in this process. jobs > 1 (or -1: all cores; never more workers than
     configurations, and refused when that many worker processes cannot fit in the memory
     available): joblib with `backend` (one of BACKENDS; default: joblib's current one, loky
@@ -241,9 +242,10 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     own = _own_workers(backend, jobs, scheduler)
     names = [f"V={c.V} d={c.d} L={c.L}" + (f" m={c.m}" if c.m is not None else "") for c in configs]
     need = [point_bytes(c, n_max, n_test, mode) for c in configs]
+    culprits = [point_culprit(c, n_max, n_test, mode) for c in configs]
     if scheduler is None:                                             # a joined cluster: its workers' limits
         check_grid_memory(names, need, n_max, processes=jobs if own else 0,
-                          threads=jobs if backend == "threading" else 1)
+                          threads=jobs if backend == "threading" else 1, culprits=culprits)
     store = Store(cache, read_also=read_also)
     from tqdm import tqdm
     bar = tqdm(total=len(configs), desc="N* sweep", unit="point", disable=not progress)
@@ -253,7 +255,8 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     try:
         if backend == "dask":
             results = dask_results(_indexed, [(i, c, store.subset(prefixes[i]), opts, parent)
-                                              for i, c in enumerate(configs)], names, need, jobs, scheduler)
+                                              for i, c in enumerate(configs)], names, need, jobs, scheduler,
+                                   culprits=culprits)
         elif jobs == 1 and backend is None:
             results = ((i, _one(c, store.subset(prefixes[i]), opts)) for i, c in enumerate(configs))
         else:

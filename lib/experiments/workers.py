@@ -4,7 +4,8 @@ line. Used by `lib.experiments.sweep`.
 
 Memory. `point_bytes` estimates one worker's peak memory at one grid point searched up to N = n_max
 (the fit of bench/bench_point.py, README "What a sweep costs": 381 MiB + 4.6 B N L + 105 B V d).
-Before any work `check_grid_memory` refuses, naming n_max or jobs, a grid whose largest point cannot
+Before any work `check_grid_memory` refuses, naming the parameter that makes the point large
+(`point_culprit`: n_max, n_test, L, V, noise_vocab, d or m) or jobs, a grid whose largest point cannot
 fit in the memory available (MemAvailable), or whose worker processes cannot fit together; on a
 Dask cluster every worker's `memory_limit` (as its scheduler reports it) must hold the largest
 point, else the sweep is refused before a task is submitted. The estimate is the limit mode's on the
@@ -22,7 +23,8 @@ first (its handshake, an 8-byte length then msgpack naming "pickle-protocol"), s
 silence or another server's reply (an HTTP server once made Dask try to allocate 3 EiB, or hang) is
 a ValueError naming the scheduler within CONNECT_TIMEOUT. Mid-sweep, a lost scheduler or a worker
 that died is a `ClusterError` (one line; the points finished so far are in the store and were already
-passed on); distributed's own log lines are silenced while the sweep runs.
+passed on), and so is a cluster that has had no worker for NO_WORKER_SECONDS while tasks wait;
+distributed's own log lines are silenced while the sweep runs.
 
 Workers die with their parent. A worker process the sweep started (loky, joblib's multiprocessing,
 or the LocalCluster's) is a child of the sweeping process; it runs a watchdog thread that polls
@@ -49,6 +51,8 @@ from ..core.config import check_memory
 
 WATCH_SECONDS = 0.1                    # how often a worker checks that its parent is alive
 CONNECT_TIMEOUT = "20s"                # how long to try to reach a Dask scheduler given by address
+NO_WORKER_SECONDS = 60.0               # a cluster with no worker this long fails the sweep
+WAIT_SECONDS = 1.0                     # how often a Dask sweep looks at its cluster while tasks wait
 WORKER_BYTES = 380 * 2 ** 20           # one worker before its first point (347-416 MiB, bench/bench_point.py)
 QUIET = ("distributed", "tornado", "asyncio")   # loggers silenced while a Dask sweep runs
 IGNORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)"   # a preload (Dask runs its text)
@@ -69,30 +73,54 @@ def point_bytes(cfg, n: int, n_test: int, mode: str = "limit") -> int:
     return int(WORKER_BYTES + tokens + tables + mlp)
 
 
-def check_grid_memory(names: list, need: list, n_max: int, processes: int = 0, threads: int = 1) -> None:
+def point_culprit(cfg, n: int, n_test: int, mode: str = "limit") -> tuple[str, int]:
+    """The parameter (name, value) that makes `point_bytes(cfg, n, n_test, mode)` large, the one a
+    refusal names: its largest term's, that is the token ids' (n_max or n_test, or L when L is the
+    larger factor), the tables' (V, noise_vocab or d, whichever is largest) or the MLP's (m)."""
+    per_id = 4.6 * (4 if mode == "finite" else 1)
+    table = max(("V", cfg.V), ("noise_vocab", cfg.noise_vocab or 0), ("d", cfg.d), key=lambda t: t[1])
+    terms = {("n_max", n): per_id * n * cfg.L,
+             ("n_test", n_test): per_id * n_test * cfg.L,
+             table: 105.0 * cfg.V_in * cfg.d * max(1.0, n_test / 8192),
+             ("m", cfg.m): 8.0 * cfg.m * (cfg.d + cfg.V_in) if cfg.m else 0.0}
+    name, value = max(terms, key=terms.get)
+    if name in ("n_max", "n_test") and cfg.L > value:
+        return "L", cfg.L
+    return name, value
+
+
+def check_grid_memory(names: list, need: list, n_max: int, processes: int = 0, threads: int = 1,
+                      culprits: list | None = None) -> None:
     """Before any work: the grid's largest point (`need[i]` bytes, `names[i]`) must fit in the memory
     available, as one of `processes` worker processes started for the sweep (all of them at once), or
-    (processes = 0) in this process, which already holds the interpreter, `threads` at a time."""
+    (processes = 0) in this process, which already holds the interpreter, `threads` at a time. The
+    refusal names `culprits[i]` (a (name, value) pair, see `point_culprit`; default n_max), or jobs
+    when one point fits but the processes together do not."""
     if not need:
         return
     i = max(range(len(need)), key=need.__getitem__)
-    where = f"grid point {names[i]} searched up to N = n_max (lower n_max)"
+    name, value = culprits[i] if culprits is not None else ("n_max", n_max)
+    where = f"grid point {names[i]} searched up to N = n_max" + (" (lower n_max)" if name == "n_max" else f" = {n_max}")
     if processes:
-        check_memory("n_max", n_max, need[i], f"one worker process at {where}")
+        check_memory(name, value, need[i], f"one worker process at {where}")
         check_memory("jobs", processes, processes * need[i], f"{processes} worker processes (Python with torch "
                      f"and the grid's largest point, about {need[i] / 2 ** 20:.0f} MiB each)")
     else:
-        check_memory("n_max", n_max, threads * (need[i] - WORKER_BYTES),
+        check_memory(name, value, threads * (need[i] - WORKER_BYTES),
                      f"{threads} thread{'s' if threads > 1 else ''} at {where}")
 
 
 # ----------------------------------------------------------------------------- Dask
 
-def dask_results(task, items: list, names: list, need: list, jobs: int, scheduler: str | None):
+def dask_results(task, items: list, names: list, need: list, jobs: int, scheduler: str | None,
+                 culprits: list | None = None):
     """(index, result) pairs, as the tasks `task(*item)` finish on a Dask cluster: a LocalCluster of
     `jobs` single-threaded worker processes started here (closed at the end), or the cluster at
     `scheduler`. `need[i]` (bytes) is checked against every worker's memory_limit before anything is
-    submitted. A generator: the cluster lives while the caller iterates; failures as the docstring says."""
+    submitted (a refusal names `culprits[i]`, see check_grid_memory). While tasks wait, a cluster
+    that has had no worker for NO_WORKER_SECONDS (all of them died or left, or none ever joined) is a
+    ClusterError. A generator: the cluster lives while the caller iterates; failures as the docstring
+    says."""
     try:
         import distributed
     except ImportError:
@@ -107,18 +135,32 @@ def dask_results(task, items: list, names: list, need: list, jobs: int, schedule
             client = distributed.Client(cluster)
         else:
             client = _join(distributed, scheduler)
-        _check_worker_memory(client, names, need, where)
+        _check_worker_memory(client, names, need, where, culprits)
         futures = {client.submit(task, *item, pure=False): k for k, item in enumerate(items)}
-        done = 0
-        for future in distributed.as_completed(futures):
+        done, pending, lonely = 0, set(futures), None
+        while pending:
+            finished, pending = _wait(distributed, pending)
+            for future in finished:
+                try:
+                    result = future.result()
+                except (ValueError, KeyboardInterrupt, SystemExit):   # the task's own refusal (code, arguments)
+                    raise
+                except BaseException as err:                      # the cluster's (a CancelledError too): one line
+                    raise ClusterError(_failure(err, where, names[futures[future]], done, len(items))) from None
+                done += 1
+                yield result
+            if finished or not pending:
+                continue
             try:
-                result = future.result()
-            except (ValueError, KeyboardInterrupt, SystemExit):   # the task's own refusal (code, arguments)
-                raise
-            except BaseException as err:                          # the cluster's (a CancelledError too): one line
-                raise ClusterError(_failure(err, where, names[futures[future]], done, len(items))) from None
-            done += 1
-            yield result
+                workers = client.scheduler_info(n_workers=-1).get("workers", {})
+            except Exception:                                     # the scheduler is gone
+                raise ClusterError(f"{where}: the connection to the Dask scheduler was lost; {done} of "
+                                   f"{len(items)} grid points had finished") from None
+            now = time.monotonic()
+            lonely = None if workers else (lonely if lonely is not None else now)
+            if lonely is not None and now - lonely >= NO_WORKER_SECONDS:
+                raise ClusterError(f"{where}: the cluster has had no worker for {NO_WORKER_SECONDS:g} s (they died "
+                                   f"or left, or none joined); {done} of {len(items)} grid points had finished")
     finally:
         for closing in (client, cluster):
             if closing is not None:
@@ -128,6 +170,18 @@ def dask_results(task, items: list, names: list, need: list, jobs: int, schedule
                     pass
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def _wait(distributed, pending: set) -> tuple[set, set]:
+    """(finished, still pending) after at most WAIT_SECONDS."""
+    try:
+        finished, left = distributed.wait(pending, timeout=WAIT_SECONDS, return_when="FIRST_COMPLETED")
+    except TimeoutError:
+        return set(), pending
+    except Exception:                      # a cancelled future (a lost scheduler): its result() says so
+        finished = {f for f in pending if f.status != "pending"}
+        return finished, pending - finished
+    return set(finished), set(left)
 
 
 def _silence() -> dict:
@@ -223,8 +277,9 @@ def _recv(s: socket.socket, n: int, deadline: float) -> bytes:
     return data
 
 
-def _check_worker_memory(client, names: list, need: list, where: str) -> None:
-    """Every worker's memory_limit (0 or None: none) must hold the grid's largest point."""
+def _check_worker_memory(client, names: list, need: list, where: str, culprits: list | None = None) -> None:
+    """Every worker's memory_limit (0 or None: none) must hold the grid's largest point; the refusal
+    says which parameter to lower (`culprits`, as for check_grid_memory)."""
     workers = client.scheduler_info(n_workers=-1).get("workers", {})
     limits = {addr: w.get("memory_limit") for addr, w in workers.items() if w.get("memory_limit")}
     if not limits or not need:
@@ -232,9 +287,10 @@ def _check_worker_memory(client, names: list, need: list, where: str) -> None:
     addr = min(limits, key=limits.get)
     i = max(range(len(need)), key=need.__getitem__)
     if need[i] > limits[addr]:
+        name = culprits[i][0] if culprits is not None else "n_max"
         raise ValueError(f"{where}: grid point {names[i]} needs about {need[i] / 2 ** 30:.3g} GiB searched up to "
                          f"N = n_max, more than the memory_limit of worker {addr} ({limits[addr] / 2 ** 30:.3g} "
-                         "GiB): lower n_max or give the workers more memory")
+                         f"GiB): lower {name} or give the workers more memory")
 
 
 def worker_hash_check(expected: str | None) -> None:
@@ -243,8 +299,13 @@ def worker_hash_check(expected: str | None) -> None:
     from .codehash import code_hash
     mine = code_hash("points")
     if expected != mine:
-        raise ValueError(f"code: this worker's lib differs from the sweep's (code hash {mine} on "
-                         f"{socket.gethostname()}, the sweep's {expected}): run every worker from the sweep's checkout")
+        try:
+            from distributed import get_worker
+            here = f"worker {get_worker().address}"
+        except (ImportError, ValueError):
+            here = socket.gethostname()
+        raise ValueError(f"code: this worker's lib differs from the sweep's (code hash {mine} on {here}, the "
+                         f"sweep's {expected}): run every worker from the sweep's checkout")
 
 
 class Abandoned(RuntimeError):
