@@ -168,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--scheduler", default=None,
                    help="with --backend dask: the address of a running Dask scheduler (tcp://host:8786) to join "
                         "instead of starting a local cluster")
+    w.add_argument("--worker-wait", type=float, default=None, metavar="SECONDS",
+                   help="with --backend dask: how long the cluster may have no worker while grid points wait "
+                        f"before the sweep fails (default {sweep_engine.NO_WORKER_SECONDS:g}; 0: however long, "
+                        "for workers still queued on a batch system)")
     w.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar over grid points with an ETA on stderr (default: on when stderr is a terminal)")
     return parser
@@ -288,7 +292,7 @@ def _sweep(a) -> None:
         sweep_engine.sweep(configs, threshold=a.threshold, seeds=a.seeds, seed=a.seed, mode=a.mode,
                            step_sizes=_step_sizes(a), n_min=a.n_min, n_max=a.n_max, resolution=a.resolution,
                            n_test=a.n_test, cache=a.cache, jobs=a.jobs, progress=progress, backend=a.backend,
-                           scheduler=a.scheduler, on_point=show)
+                           scheduler=a.scheduler, on_point=show, **_worker_wait(a))
     except (ValueError, sweep_engine.ClusterError) as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         for flag in ("scheduler",):                               # the flag, as the user typed it
@@ -297,6 +301,18 @@ def _sweep(a) -> None:
         if isinstance(err, sweep_engine.ClusterError):
             msg += _kept(a)
         raise ValueError(msg) from None
+
+
+def _worker_wait(a) -> dict:
+    """--worker-wait as sweep's worker_wait (0: None, however long); refused without --backend dask."""
+    if a.worker_wait is None:
+        return {}
+    if a.backend != "dask":
+        raise ValueError(f"--worker-wait is how long a Dask cluster may have no worker: it needs --backend dask, "
+                         f"got {'--backend ' + a.backend if a.backend else 'no --backend'}")
+    if not a.worker_wait >= 0 or a.worker_wait == float("inf"):
+        raise ValueError(f"--worker-wait must be a number of seconds >= 0 (0: however long), got {a.worker_wait}")
+    return {"worker_wait": a.worker_wait or None}
 
 
 def _kept(a) -> str:

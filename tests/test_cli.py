@@ -271,6 +271,11 @@ def test_the_library_refuses_such_batches_too():
     (["--V", "10000000", "--d", "4096", "--L", "4", "--n-min", "16", "--n-max", "32"], "V = 10000000"),
     (["--V", "16", "--d", "1000000000", "--L", "4", "--n-min", "16", "--n-max", "32"], "d = 1000000000"),
     (["--V", "16", "--d", "8", "--L", "4", "--n-max", "1024", "--n-test", "1000000000000"], "n_test = 1000000000000"),
+    (["--V", "1000", "--d", "64", "--L", "4", "--n-max", "1024", "--n-test", "1000000000"], "n_test = 1000000000"),
+    (["--V", "16", "--d", "8", "--L", "4", "--n-min", "16", "--n-max", "32", "--noise-vocab", "10000000000"],
+     "noise_vocab = 10000000000"),
+    (["--V", "16", "--d", "8", "--L", "4", "--n-min", "16", "--n-max", "32", "--model", "mlp", "--m", "10000000000"],
+     "m = 10000000000"),
 ])
 def test_a_search_that_cannot_fit_is_refused_before_any_point(capsys, monkeypatch, command, args, name):
     """nstar, like sweep, checks its largest point (N = n_max) before the first, and names the
@@ -286,6 +291,31 @@ def test_a_search_that_cannot_fit_is_refused_before_any_point(capsys, monkeypatc
     rc, out, err = cli(capsys, command, *args, "--threshold", "0.9", "--seeds", "1", "--device", "cpu")
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert f"error: {name} needs about" in err and "GiB" in err and "available" in err, err
+
+
+def test_the_drawing_block_and_the_finite_mode_are_counted(capsys, monkeypatch):
+    """A long sequence with few samples is refused for the 4096-row block sample_batch draws (before any
+    point, naming L: it used to pass the check and fail inside the first point), and the finite mode
+    counts its token ids four times: a point that fits in the limit mode is refused in the finite one."""
+    from lib.experiments import capacity, workers
+
+    def never(*a, **k):
+        raise AssertionError("a point was computed")
+    monkeypatch.setattr(capacity, "run", never)
+    avail = lib.core.config.available_memory()
+    if avail is None:
+        pytest.skip("the available memory is unknown here")
+    L = 2 * avail // (8 * 4096)                                     # the block alone: twice what is available
+    rc, out, err = cli(capsys, "nstar", "--V", "16", "--d", "8", "--L", str(L), "--n-min", "16", "--n-max", "32",
+                       "--n-test", "16", "--threshold", "0.9", "--seeds", "1", "--device", "cpu")
+    assert rc == 2 and out == "" and f"error: L = {L} needs about" in err and "grid point" in err, err
+    cfg = lib.TaskConfig(V=16, d=8, L=64, device="cpu")
+    n = int(avail / (4.6 * 64 * 2))                                # the limit mode's ids: half of what is available
+    workers.check_grid_memory(["x"], [workers.point_bytes(cfg, n, 256, "limit")], n,
+                              culprits=[workers.point_culprit(cfg, n, 256, "limit")])
+    with pytest.raises(ValueError, match=f"^n_max = {n} needs about"):
+        workers.check_grid_memory(["x"], [workers.point_bytes(cfg, n, 256, "finite")], n,
+                                  culprits=[workers.point_culprit(cfg, n, 256, "finite")])
 
 
 def test_an_unwritable_cache_is_found_before_any_point_is_computed(capsys, tmp_path):

@@ -44,6 +44,35 @@ def test_margins_are_positive_exactly_where_hard_attention_is_right():
     assert torch.equal(m > 0, s.argmax(1) == test.pos)
 
 
+@pytest.mark.parametrize("eos,noise", [(False, None), (True, None), (False, 3)])
+def test_ties_follow_the_one_hard_attention_rule(eos, noise):
+    """Integer scores force exact ties of the informative position with others and with EOS: the exact
+    accuracy and the margins' signs follow `hard_attention` (the first maximum wins; it counted every
+    tie as a failure, and gave 0 instead of 1/L at k = 0). Monte Carlo at 4 standard errors; the margins
+    exactly, sample by sample."""
+    import dataclasses
+    L = 5
+    problem = lib.make_problem(small_cfg(V=6, d=4, L=L, eos_key=eos, noise_vocab=noise), 0)
+    g = torch.Generator().manual_seed(1)
+    E = torch.randint(0, 3, problem.E.shape, generator=g).double()             # scores e_j . k in {0, 1, 2}
+    k = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    n = 2 ** 16
+    test = lib.sample_batch(problem, n, 3, "test")
+    tied = 0
+    for bonus, q in ((1.0, 2.0), (0.0, 1.0), (2.0, 4.0)):
+        z = torch.tensor([bonus, 1.0, 0.0, 0.0], dtype=torch.float64)
+        p = dataclasses.replace(problem, E=E, z_trig=z, z_eos=torch.tensor([q, 0, 0, 1.0], dtype=torch.float64))
+        s = lib.fast.counts.position_scores(p, test, k)
+        hits = lib.core.models.hard_attention(s) == test.pos
+        assert torch.equal(margins.margins(p, test, k) > 0, hits)
+        exact, mc = margins.attention_accuracy(p, k), float(hits.double().mean())
+        assert abs(exact - mc) < 4 * math.sqrt(max(exact * (1 - exact), 1e-4) / n), (bonus, exact, mc)
+        own = s.gather(1, test.pos[:, None])
+        tied += int(((s == own).sum(1) > 1).sum())
+    assert tied > n // 10                                                       # ties were common
+    assert margins.attention_accuracy(problem, torch.zeros(4, dtype=torch.float64)) == pytest.approx(1 / L)
+
+
 def test_population_k_is_the_large_batch_limit():
     problem = lib.make_problem(small_cfg(V=64, d=32, L=8), 0)
     k_inf = margins.k_population(problem)

@@ -49,19 +49,27 @@ def score_table(problem: Problem, k: torch.Tensor) -> tuple[float, torch.Tensor]
 def attention_accuracy(problem: Problem, k: torch.Tensor) -> float:
     """Exact probability, over a fresh sample, that argmax_t h_t . k is the informative position.
 
-    The informative token i is uniform over the V content tokens, the L - 1 others are i.i.d. uniform
-    over the noise vocabulary (the content tokens unless `noise_vocab`), so
-        P = (1/V) sum_i F(mu + sigma_i)^(L-1) [x 1(mu + sigma_i > z_EOS . k) with an EOS key],
-    with F(x) = P(sigma_x < x). Ties (probability zero for continuous embeddings) count as failures.
+    The informative token i is uniform over the V content tokens, its position uniform over the L, the
+    L - 1 others i.i.d. uniform over the noise vocabulary (the content tokens unless `noise_vocab`), so
+        P = (1/V) sum_i F(s_i)^(L-1) [x 1(s_i >= z_EOS . k) with an EOS key],   s_i = mu + sigma_i,
+    with F(x) = P(sigma_x < x) when no noise token ties s_i. Ties follow the book's one rule
+    (`lib.core.models.hard_attention`: the first maximum wins; the EOS key is the last position): at
+    position p the informative token wins iff the p positions before it score below s_i and the
+    L - 1 - p after it at most s_i, so F^(L-1) becomes (1/L) sum_p F^p G^(L-1-p) = (G^L - F^L) / (L (G - F)),
+    G(x) = P(sigma_x <= x). Ties have probability zero for continuous embeddings, but not at k = 0
+    (every score 0: the first position wins, P = 1/L).
     """
     mu, sigma = score_table(problem, k)
     cfg = problem.cfg
+    L = cfg.L
     signal = mu + sigma[: cfg.V]                                    # (V,) scores of the informative token
     noise = torch.sort(sigma[cfg.V:] if cfg.noise_vocab else sigma[: cfg.V]).values
-    F = torch.searchsorted(noise, signal, side="left").to(torch.float64) / noise.numel()
-    p = F ** (cfg.L - 1)
+    F = torch.searchsorted(noise, signal, side="left").to(torch.float64) / noise.numel()    # below
+    G = torch.searchsorted(noise, signal, side="right").to(torch.float64) / noise.numel()   # at most
+    tie = G > F
+    p = torch.where(tie, (G ** L - F ** L) / (L * torch.where(tie, G - F, 1.0)), F ** (L - 1))
     if cfg.eos_key:
-        p = p * (signal > float(problem.z_eos @ k.to(problem.E.dtype))).to(torch.float64)
+        p = p * (signal >= float(problem.z_eos @ k.to(problem.E.dtype))).to(torch.float64)
     return float(p.mean())
 
 
@@ -69,7 +77,10 @@ def margins(problem: Problem, batch: Batch, k: torch.Tensor) -> torch.Tensor:
     """(N,) margin of each sample: score of the informative position minus the best other score.
 
     Positive iff hard attention along k lands on the informative token (the EOS key, if any, counts
-    as another position). For L = 1 (no other position) the margin is +inf."""
+    as another position, the last). A tie is decided by the book's one rule (`lib.core.models.
+    hard_attention`: the first maximum wins): a tie the informative position wins (every tying position
+    comes after it) gives the smallest positive float instead of 0, one it loses 0. For L = 1 (no
+    other position) the margin is +inf."""
     k = _check(problem, k)
     check_batch(problem, batch)
     out = []
@@ -77,7 +88,10 @@ def margins(problem: Problem, batch: Batch, k: torch.Tensor) -> torch.Tensor:
         s = position_scores(problem, b, k)                           # (B, K)
         own = s.gather(1, b.pos[:, None])[:, 0]
         others = s.scatter(1, b.pos[:, None], float("-inf"))
-        out.append(own - others.max(1).values)
+        m = own - others.max(1).values
+        before = torch.arange(s.shape[1], device=s.device)[None, :] < b.pos[:, None]
+        wins = own > s.masked_fill(~before, float("-inf")).max(1).values      # no earlier position ties it
+        out.append(torch.where((m == 0) & wins, torch.full_like(m, torch.finfo(m.dtype).tiny), m))
     return torch.cat(out)
 
 

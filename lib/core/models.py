@@ -87,7 +87,9 @@ def hard_attention(scores: torch.Tensor) -> torch.Tensor:
     the FIRST such position when several tie (torch.argmax's rule). Every route attends by it: the
     direct route here, the chunked one (`lib.fast.tokens.hard_values`), the count-table limit mode
     (`lib.fast.limit.attended_groups`, which reads the same choice from score ranks) and the fused loop
-    (`lib.fast.native.attend`); tests/test_count_gradients.py and tests/test_native.py bind them."""
+    (`lib.fast.native.attend`); tests/test_count_gradients.py and tests/test_native.py bind them. The
+    exact attention accuracy and the margins of `lib.analysis.margins` decide ties by it too
+    (tests/test_margins.py)."""
     return scores.argmax(-1)
 
 

@@ -55,13 +55,19 @@ class Batch:
 SAMPLE_BLOCK = 4096   # samples per random block: the data of N samples are the first N of any larger N
 
 
+def sample_block_bytes(cfg) -> int:
+    """The bytes `sample_batch` holds beyond the batch while it draws: one block of SAMPLE_BLOCK L int64
+    token ids (two with a noise vocabulary, whose ids are shifted by V into a new tensor)."""
+    return 8 * SAMPLE_BLOCK * cfg.L * (2 if cfg.noise_vocab else 1)
+
+
 def check_batch_memory(cfg, N: int, name: str = "N") -> None:
     """Refuse a batch of N samples that cannot fit in the memory still available (drawn on the CPU:
     N L int32 token ids and three int64 per sample, plus the block of SAMPLE_BLOCK L int64 ids being
-    drawn and its shifted copy, whatever N), naming `name` (N, or n_test for a test set), or L when the
-    sequence length is the larger factor."""
+    drawn, whatever N, and with a noise vocabulary its shifted copy), naming `name` (N, or n_test for a
+    test set), or L when the sequence length is the larger factor."""
     what = f"{N} samples of L = {cfg.L} token ids"
-    batch, block = N * (4 * cfg.L + 3 * 8), 2 * 8 * SAMPLE_BLOCK * cfg.L
+    batch, block = N * (4 * cfg.L + 3 * 8), sample_block_bytes(cfg)
     if cfg.L > N or block > batch:
         check_memory("L", cfg.L, batch + block, what + f" ({name} = {N}, drawn {SAMPLE_BLOCK} at a time)")
     else:

@@ -68,7 +68,7 @@ from ..learning.evaluate import N_TEST
 from ..core.seed import get_draw, set_draw
 from ..core.steps import StepSizes
 from .store import Store, code_hash, point_prefix   # code_hash: lib.experiments.codehash
-from .workers import (WORKER_BYTES, Abandoned, ClusterError, check_grid_memory, dask_guard,  # noqa: F401
+from .workers import (NO_WORKER_SECONDS, WORKER_BYTES, Abandoned, ClusterError, check_grid_memory, dask_guard,  # noqa: F401
                       dask_results, die_with_parent, point_bytes, point_culprit, worker_hash_check)
 
 CONFIG_FIELDS = tuple(f.name for f in fields(TaskConfig) if f.name != "device")
@@ -182,7 +182,8 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
           mode: str = "limit", step_sizes: StepSizes = StepSizes(), n_min: int | None = None,
           n_max: int = 2 ** 20, resolution: float = 0.05, n_test: int = N_TEST, cache: str | None = None,
           jobs: int = 1, progress: bool = False, backend: str | None = None, scheduler: str | None = None,
-          training=None, metric: str = "acc", read_also: str | None = None, on_point=None) -> list[SweepPoint]:
+          training=None, metric: str = "acc", read_also: str | None = None, on_point=None,
+          worker_wait: float | None = NO_WORKER_SECONDS) -> list[SweepPoint]:
     """N* of every configuration, in input order (see the module docstring for store and parallelism).
 
     Before any work, the grid's largest point searched up to n_max must fit in the memory available
@@ -201,6 +202,8 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     points hold all three, so sweeps on different metrics share them. read_also: a second store file whose
     points are read but never written (a store shipped with the book; see `Store`). on_point: called
     as on_point(index, point) the moment each grid point finishes (with progress, the bar steps aside).
+    worker_wait (backend="dask"): seconds the cluster may have no worker while tasks wait before the
+    sweep fails (default 60; None: however long, for a cluster whose workers are still queued).
     """
     if isinstance(configs, TaskConfig) or not isinstance(configs, (list, tuple)):
         raise ValueError(f"configs must be a list of TaskConfig, got {type(configs).__name__}")
@@ -217,6 +220,11 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
         raise ValueError(f"jobs must be a positive integer or -1 (all cores), got {jobs!r}")
     check_bool("progress", progress)
+    if worker_wait is not None:
+        worker_wait = check_float("worker_wait", worker_wait, 0.0, strict_min=True)
+        if backend != "dask" and worker_wait != NO_WORKER_SECONDS:
+            raise ValueError(f"worker_wait is how long a Dask cluster may have no worker: it needs backend='dask', "
+                             f"got backend={backend!r}")
     if on_point is not None and not callable(on_point):
         raise ValueError(f"on_point must be a function of (index, point) or None, got {on_point!r}")
     if metric not in METRICS:
@@ -256,7 +264,7 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
         if backend == "dask":
             results = dask_results(_indexed, [(i, c, store.subset(prefixes[i]), opts, parent)
                                               for i, c in enumerate(configs)], names, need, jobs, scheduler,
-                                   culprits=culprits)
+                                   culprits=culprits, worker_wait=worker_wait)
         elif jobs == 1 and backend is None:
             results = ((i, _one(c, store.subset(prefixes[i]), opts)) for i, c in enumerate(configs))
         else:

@@ -42,16 +42,18 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import struct
 import threading
 import time
 
 from ..core.config import check_memory
+from ..core.task import sample_block_bytes
 
 WATCH_SECONDS = 0.1                    # how often a worker checks that its parent is alive
 CONNECT_TIMEOUT = "20s"                # how long to try to reach a Dask scheduler given by address
-NO_WORKER_SECONDS = 60.0               # a cluster with no worker this long fails the sweep
+NO_WORKER_SECONDS = 60.0               # a cluster with no worker this long fails the sweep (default)
 WAIT_SECONDS = 1.0                     # how often a Dask sweep looks at its cluster while tasks wait
 WORKER_BYTES = 380 * 2 ** 20           # one worker before its first point (347-416 MiB, bench/bench_point.py)
 QUIET = ("distributed", "tornado", "asyncio")   # loggers silenced while a Dask sweep runs
@@ -66,25 +68,31 @@ class ClusterError(RuntimeError):
 def point_bytes(cfg, n: int, n_test: int, mode: str = "limit") -> int:
     """About the peak memory (bytes) of one worker process computing `cfg` at N = n with n_test test
     samples: the interpreter with torch, 4.6 B per training and test token id (x4 in the finite mode),
-    105 B per V d (scaled with n_test beyond 8192), and an MLP's frozen weights (see the docstring)."""
+    105 B per V d (scaled with n_test beyond 8192), an MLP's frozen weights (see the docstring), and
+    the block of ids `sample_batch` draws at a time (4096 L int64: it matters only for a huge L)."""
     tokens = 4.6 * (n + n_test) * cfg.L * (4 if mode == "finite" else 1)
     tables = 105.0 * cfg.V_in * cfg.d * max(1.0, n_test / 8192)
     mlp = 8.0 * cfg.m * (cfg.d + cfg.V_in) if cfg.m else 0.0
-    return int(WORKER_BYTES + tokens + tables + mlp)
+    return int(WORKER_BYTES + tokens + tables + mlp + sample_block_bytes(cfg))
 
 
 def point_culprit(cfg, n: int, n_test: int, mode: str = "limit") -> tuple[str, int]:
     """The parameter (name, value) that makes `point_bytes(cfg, n, n_test, mode)` large, the one a
-    refusal names: its largest term's, that is the token ids' (n_max or n_test, or L when L is the
-    larger factor), the tables' (V, noise_vocab or d, whichever is largest) or the MLP's (m)."""
+    refusal names: its largest term's largest factor, that is the token ids' (n_max or n_test, or L
+    when L is the larger factor), the tables' (V, noise_vocab or d, or n_test when n_test / 8192 is the
+    larger factor), the MLP's (m) or the drawing block's (L)."""
     per_id = 4.6 * (4 if mode == "finite" else 1)
     table = max(("V", cfg.V), ("noise_vocab", cfg.noise_vocab or 0), ("d", cfg.d), key=lambda t: t[1])
+    if n_test / 8192 > table[1]:
+        table = ("n_test", n_test)
     terms = {("n_max", n): per_id * n * cfg.L,
              ("n_test", n_test): per_id * n_test * cfg.L,
-             table: 105.0 * cfg.V_in * cfg.d * max(1.0, n_test / 8192),
-             ("m", cfg.m): 8.0 * cfg.m * (cfg.d + cfg.V_in) if cfg.m else 0.0}
-    name, value = max(terms, key=terms.get)
-    if name in ("n_max", "n_test") and cfg.L > value:
+             table + ("tables",): 105.0 * cfg.V_in * cfg.d * max(1.0, n_test / 8192),
+             ("m", cfg.m): 8.0 * cfg.m * (cfg.d + cfg.V_in) if cfg.m else 0.0,
+             ("L", cfg.L, "block"): float(sample_block_bytes(cfg))}
+    largest = max(terms, key=terms.get)
+    name, value = largest[:2]
+    if len(largest) == 2 and name in ("n_max", "n_test") and cfg.L > value:       # a token term: N L
         return "L", cfg.L
     return name, value
 
@@ -106,21 +114,23 @@ def check_grid_memory(names: list, need: list, n_max: int, processes: int = 0, t
         check_memory("jobs", processes, processes * need[i], f"{processes} worker processes (Python with torch "
                      f"and the grid's largest point, about {need[i] / 2 ** 20:.0f} MiB each)")
     else:
-        check_memory(name, value, threads * (need[i] - WORKER_BYTES),
-                     f"{threads} thread{'s' if threads > 1 else ''} at {where}")
+        check_memory(name, value, threads * (need[i] - WORKER_BYTES), f"{threads} threads at {where}" if threads > 1
+                     else where)
 
 
 # ----------------------------------------------------------------------------- Dask
 
 def dask_results(task, items: list, names: list, need: list, jobs: int, scheduler: str | None,
-                 culprits: list | None = None):
+                 culprits: list | None = None, worker_wait: float | None = NO_WORKER_SECONDS):
     """(index, result) pairs, as the tasks `task(*item)` finish on a Dask cluster: a LocalCluster of
     `jobs` single-threaded worker processes started here (closed at the end), or the cluster at
     `scheduler`. `need[i]` (bytes) is checked against every worker's memory_limit before anything is
-    submitted (a refusal names `culprits[i]`, see check_grid_memory). While tasks wait, a cluster
-    that has had no worker for NO_WORKER_SECONDS (all of them died or left, or none ever joined) is a
-    ClusterError. A generator: the cluster lives while the caller iterates; failures as the docstring
-    says."""
+    submitted (a refusal names `culprits[i]`, see check_grid_memory). Results arrive through the
+    futures' done callbacks (one queue: nothing is re-polled per pending task). While tasks wait, a
+    cluster that has had no worker for `worker_wait` seconds (all of them died or left, or none joined;
+    None: wait however long, as an adaptive cluster whose workers queue may need) is a ClusterError;
+    a task's failure first passes on the points that finished beside it. A generator: the cluster
+    lives while the caller iterates; failures as the docstring says."""
     try:
         import distributed
     except ImportError:
@@ -137,30 +147,31 @@ def dask_results(task, items: list, names: list, need: list, jobs: int, schedule
             client = _join(distributed, scheduler)
         _check_worker_memory(client, names, need, where, culprits)
         futures = {client.submit(task, *item, pure=False): k for k, item in enumerate(items)}
-        done, pending, lonely = 0, set(futures), None
-        while pending:
-            finished, pending = _wait(distributed, pending)
-            for future in finished:
-                try:
-                    result = future.result()
-                except (ValueError, KeyboardInterrupt, SystemExit):   # the task's own refusal (code, arguments)
-                    raise
-                except BaseException as err:                      # the cluster's (a CancelledError too): one line
-                    raise ClusterError(_failure(err, where, names[futures[future]], done, len(items))) from None
-                done += 1
-                yield result
-            if finished or not pending:
+        arrived = queue.Queue()                     # each future once, as it finishes (a callback's thread)
+        for future in futures:
+            future.add_done_callback(arrived.put)
+        seen, lonely = set(), None                  # the futures passed on
+        while len(seen) < len(items):
+            try:
+                future = arrived.get(timeout=WAIT_SECONDS)
+            except queue.Empty:
+                lonely = _lonely(client, lonely, worker_wait, where, len(seen), len(items))
+                continue
+            if future.key in seen:
                 continue
             try:
-                workers = client.scheduler_info(n_workers=-1).get("workers", {})
-            except Exception:                                     # the scheduler is gone
-                raise ClusterError(f"{where}: the connection to the Dask scheduler was lost; {done} of "
-                                   f"{len(items)} grid points had finished") from None
-            now = time.monotonic()
-            lonely = None if workers else (lonely if lonely is not None else now)
-            if lonely is not None and now - lonely >= NO_WORKER_SECONDS:
-                raise ClusterError(f"{where}: the cluster has had no worker for {NO_WORKER_SECONDS:g} s (they died "
-                                   f"or left, or none joined); {done} of {len(items)} grid points had finished")
+                result = future.result()
+            except BaseException as err:
+                # points that finished beside the failing one are stored: pass them on first
+                for other in futures:
+                    if other.key not in seen and other is not future and other.status == "finished":
+                        seen.add(other.key)
+                        yield other.result()
+                if isinstance(err, (ValueError, KeyboardInterrupt, SystemExit)):   # the task's own refusal
+                    raise
+                raise ClusterError(_failure(err, where, names[futures[future]], len(seen), len(items))) from None
+            seen.add(future.key)
+            yield result
     finally:
         for closing in (client, cluster):
             if closing is not None:
@@ -172,16 +183,21 @@ def dask_results(task, items: list, names: list, need: list, jobs: int, schedule
             logging.getLogger(name).setLevel(level)
 
 
-def _wait(distributed, pending: set) -> tuple[set, set]:
-    """(finished, still pending) after at most WAIT_SECONDS."""
+def _lonely(client, since, worker_wait, where: str, done: int, total: int):
+    """While tasks wait: the time since which the cluster has had no worker (None: it has one), or a
+    ClusterError once that is worker_wait seconds (None: wait for workers however long)."""
     try:
-        finished, left = distributed.wait(pending, timeout=WAIT_SECONDS, return_when="FIRST_COMPLETED")
-    except TimeoutError:
-        return set(), pending
-    except Exception:                      # a cancelled future (a lost scheduler): its result() says so
-        finished = {f for f in pending if f.status != "pending"}
-        return finished, pending - finished
-    return set(finished), set(left)
+        workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    except Exception:                                             # the scheduler is gone
+        raise ClusterError(f"{where}: the connection to the Dask scheduler was lost; {done} of {total} grid "
+                           "points had finished") from None
+    now = time.monotonic()
+    since = None if workers else (since if since is not None else now)
+    if since is not None and worker_wait is not None and now - since >= worker_wait:
+        raise ClusterError(f"{where}: the cluster has had no worker for {worker_wait:g} s (they died or left, or "
+                           f"none joined; --worker-wait sets how long to wait); {done} of {total} grid points had "
+                           "finished")
+    return since
 
 
 def _silence() -> dict:
