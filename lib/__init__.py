@@ -9,7 +9,7 @@ it). Chapter in brackets.
     featuremaps    the models as registered feature maps (phi, vjp, width); activations; MLP input [3, 8]
     config         TaskConfig and argument validation                                        [all]
     seed           the one seed helper: named, explicit generators; the draw switch          [all]
-    search         the one monotone search (doubling, then bisection)                        [2, 4-7]
+    search         the one monotone search (doubling, then bisection; on a given grid, bisection) [2, 4-7]
     grid           the two rules that read a threshold off an evaluated grid (first / stays) [6, 7, 9]
     optim          the full-batch GD / Adam loop                                             [2, 7]
     embeddings     random / orthogonal embeddings, the Problem, the one problem check        [2]

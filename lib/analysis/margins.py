@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from ..core.search import first_true_on_grid
 from ..fast.tokens import chunk_size, chunks, position_scores
 from ..core.embeddings import Problem, check_problem
 from ..core.task import Batch, check_batch
@@ -239,12 +240,5 @@ def measured_attention_nstar(cfg, seed: int = 0, threshold: float = 0.99, n_min:
         k = three_steps(problem, batch.slice(0, grid[i]), mode="limit").k
         return attention_accuracy(problem, k) >= threshold
 
-    if not ok(len(grid) - 1):
-        return math.inf
-    if ok(0):
-        return float(grid[0])
-    lo, hi = 0, len(grid) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return float(grid[hi])
+    i = first_true_on_grid(ok, len(grid))      # bisection of the grid's indices, no doubling (see there)
+    return math.inf if i is None else float(grid[i])

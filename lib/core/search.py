@@ -10,7 +10,9 @@ until the first True, then bisects between the last False and the first True unt
 and returns the `Bracket` (last_false, first_true). Every n it evaluated is recorded in order.
 `smallest_true` and `largest_true` are its exact integer forms; `first_true_real` is the same search
 on the reals (a root of a monotone formula: a predicted N*, a critical ratio), by geometric or
-arithmetic halving to a stated tolerance. No other module bisects by hand.
+arithmetic halving to a stated tolerance. `first_true_on_grid` is the bisection alone, over the
+indices of a grid the caller already spans (no doubling from the bottom: on a measured predicate that
+is monotone only up to noise, a doubling can stop at an earlier crossing). No other module bisects by hand.
 """
 
 from __future__ import annotations
@@ -68,6 +70,23 @@ def smallest_true(ok, n_min: int = 1, n_max: int = 2 ** 62) -> int:
     if br.first_true is None:
         raise ValueError(f"ok is still False at n_max={n_max}")
     return br.first_true
+
+
+def first_true_on_grid(ok, size: int) -> int | None:
+    """The smallest index i in [0, size) with ok(i) True, for ok False below some index and True from
+    it on, by bisection of the indices: ok(size - 1) first (None if False), then ok(0) (0 if True),
+    then midpoints (lo + hi) // 2 until the bracket is one index wide. At most 2 + ceil(log2(size))
+    evaluations, none of them below the bracket the grid gives."""
+    size = check_int("size", size, 1)
+    if not ok(size - 1):
+        return None
+    if ok(0):
+        return 0
+    lo, hi = 0, size - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
 
 
 def largest_true(ok, n_max: int = 2 ** 62) -> int:
