@@ -188,6 +188,7 @@ def test_a_dask_worker_without_the_memory_for_a_point_is_refused_before_submitti
             rc, out, err = cli(capsys, "sweep", *TINY, "--backend", "dask", "--scheduler",
                                cluster.scheduler_address, "--cache", str(tmp_path / "c.jsonl"))
     assert rc == 2 and out == "" and one_line(err) and "memory_limit of worker" in err and "--scheduler" in err, err
+    assert "less than a worker holds before its first point" in err and "give the workers more memory" in err, err
     assert stream.data == [] and not (tmp_path / "c.jsonl").exists()
 
 
@@ -240,6 +241,30 @@ def test_a_cluster_left_without_workers_is_one_line_not_a_hang(tmp_path):
 
 
 # ----------------------------------------------------------------------------- results stream
+
+def _kind(kind):
+    import time as time_
+    if kind != "quick":
+        time_.sleep(0.5 if kind == "fail" else 0.7)
+    if kind == "fail":
+        raise RuntimeError("boom")
+    return kind
+
+
+def test_points_that_finish_beside_a_failing_one_are_passed_on_first():
+    """A failing task raises only after the points that finished beside it are passed on (they are in
+    the store: the README says finished points are printed). Three tasks on three threads: the quick
+    one is read, the caller dawdles, the failing one and the slow good one both finish meanwhile."""
+    got = []
+    with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False, protocol="tcp://",
+                                  host="127.0.0.1", dashboard_address=None, silence_logs=logging.CRITICAL) as cl:
+        with pytest.raises(workers.ClusterError, match="boom; 2 of 3 grid points had finished"):
+            for r in workers.dask_results(_kind, [("quick",), ("fail",), ("slowok",)], ["q", "f", "s"], [0] * 3, 1,
+                                          cl.scheduler_address):
+                got.append(r)
+                if r == "quick":
+                    time.sleep(2)
+    assert got == ["quick", "slowok"]
 
 def test_each_point_is_printed_as_it_finishes_and_kept_when_a_later_one_fails(capsys, tmp_path, monkeypatch):
     """--json prints JSON lines, one object per grid point, the moment it finishes: the second point

@@ -7,12 +7,16 @@ is a table lookup:
     informative position:  mu + sigma_{x_l},   mu = z_trig . k   (the trigger's bonus)
     any other position:    sigma_{x_t},        sigma_j = e_j . k  (the token's score)
 
-so attention lands on the informative token iff mu + sigma_{x_l} > max_{t != l} sigma_{x_t}.
+so attention lands on the informative token iff mu + sigma_{x_l} > max_{t != l} sigma_{x_t}, or on a tie
+when every tying position comes after l (the book's one rule, `lib.core.models.hard_attention`: the
+first maximum wins).
 
 score_table           (mu, sigma) for a direction k
 attention_accuracy    the exact expected attention accuracy over fresh samples, from the table alone:
-                      (1/V) sum_i F(mu + sigma_i)^(L-1), F the CDF of sigma over uniform tokens
-margins               per-sample margin mu + sigma_{x_l} - max_{t != l} sigma_{x_t} on a batch
+                      (1/V) sum_i F(mu + sigma_i)^(L-1), F the CDF of sigma over uniform tokens (with
+                      ties, the average over the informative position: see the function)
+margins               per-sample margin mu + sigma_{x_l} - max_{t != l} sigma_{x_t} on a batch (a tie that
+                      hard attention decides for l: the smallest positive float)
 k_population          E[k] in the limit N -> infinity (the book's derivation, chapter 5), exactly
 k_self_term           D = E[|a|^2 C o] for one sample paired with itself, exactly (chapter 5)
 k_mean                E[k | problem, N] = (1 - 1/N) k_population + D / N, exactly

@@ -74,13 +74,13 @@ def smallest_true(ok, n_min: int = 1, n_max: int = 2 ** 62) -> int:
 
 def first_true_on_grid(ok, size: int) -> int | None:
     """The smallest index i in [0, size) with ok(i) True, for ok False below some index and True from
-    it on, by bisection of the indices: ok(size - 1) first (None if False), then ok(0) (0 if True),
-    then midpoints (lo + hi) // 2 until the bracket is one index wide. At most 2 + ceil(log2(size))
+    it on, by bisection of the indices: ok(size - 1) first (None if False), then ok(0) (0 if True;
+    not asked again when size = 1), then midpoints (lo + hi) // 2 until the bracket is one index wide. At most 2 + ceil(log2(size))
     evaluations, none of them below the bracket the grid gives."""
     size = check_int("size", size, 1)
     if not ok(size - 1):
         return None
-    if ok(0):
+    if size == 1 or ok(0):
         return 0
     lo, hi = 0, size - 1
     while hi - lo > 1:

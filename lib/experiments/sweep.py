@@ -69,7 +69,8 @@ from ..core.seed import get_draw, set_draw
 from ..core.steps import StepSizes
 from .store import Store, code_hash, point_prefix   # code_hash: lib.experiments.codehash
 from .workers import (NO_WORKER_SECONDS, WORKER_BYTES, Abandoned, ClusterError, check_grid_memory, dask_guard,  # noqa: F401
-                      dask_results, die_with_parent, point_bytes, point_culprit, worker_hash_check)
+                      dask_results, die_with_parent, ignore_sigint, point_bytes, point_culprit,
+                      worker_hash_check)
 
 CONFIG_FIELDS = tuple(f.name for f in fields(TaskConfig) if f.name != "device")
 BACKENDS = ("loky", "threading", "dask")    # the backends sweep() accepts by name
@@ -222,9 +223,9 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     check_bool("progress", progress)
     if worker_wait is not None:
         worker_wait = check_float("worker_wait", worker_wait, 0.0, strict_min=True)
-        if backend != "dask" and worker_wait != NO_WORKER_SECONDS:
-            raise ValueError(f"worker_wait is how long a Dask cluster may have no worker: it needs backend='dask', "
-                             f"got backend={backend!r}")
+    if backend != "dask" and worker_wait != NO_WORKER_SECONDS:
+        raise ValueError(f"worker_wait is how long a Dask cluster may have no worker: it needs backend='dask', "
+                         f"got backend={backend!r}")
     if on_point is not None and not callable(on_point):
         raise ValueError(f"on_point must be a function of (index, point) or None, got {on_point!r}")
     if metric not in METRICS:
@@ -268,8 +269,12 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
         elif jobs == 1 and backend is None:
             results = ((i, _one(c, store.subset(prefixes[i]), opts)) for i, c in enumerate(configs))
         else:
-            from joblib import Parallel, delayed
-            par = Parallel(n_jobs=jobs, backend=backend, return_as="generator_unordered")
+            from joblib import Parallel, delayed, parallel_config
+            if _loky(backend):                        # loky's workers ignore SIGINT from their start
+                with parallel_config(backend="loky", initializer=ignore_sigint):
+                    par = Parallel(n_jobs=jobs, return_as="generator_unordered")
+            else:
+                par = Parallel(n_jobs=jobs, backend=backend, return_as="generator_unordered")
             results = par(delayed(_indexed)(i, c, store.subset(prefixes[i]), opts, parent)
                           for i, c in enumerate(configs))
         for i, point in results:
@@ -307,6 +312,14 @@ def recheck(cfg: TaskConfig, **search) -> list[tuple[float, float]]:
 
 def _indexed(i, cfg, store, opts, parent):
     return i, _one(cfg, store, opts, parent)
+
+
+def _loky(backend) -> bool:
+    """Will joblib run the sweep's jobs on loky (by name, or as its active backend)?"""
+    if backend is None:
+        from joblib.parallel import get_active_backend
+        return type(get_active_backend()[0]).__name__ == "LokyBackend"
+    return backend == "loky"
 
 
 def _own_workers(backend, jobs, scheduler) -> bool:

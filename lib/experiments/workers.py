@@ -8,7 +8,8 @@ Before any work `check_grid_memory` refuses, naming the parameter that makes the
 (`point_culprit`: n_max, n_test, L, V, noise_vocab, d or m) or jobs, a grid whose largest point cannot
 fit in the memory available (MemAvailable), or whose worker processes cannot fit together; on a
 Dask cluster every worker's `memory_limit` (as its scheduler reports it) must hold the largest
-point, else the sweep is refused before a task is submitted. The estimate is the limit mode's on the
+point, else the sweep is refused before a task is submitted (a limit below what a worker holds before
+its first point, about WORKER_BYTES, is reported as such). The estimate is the limit mode's on the
 CPU; the finite mode counts the N L term four times (measured: 1.35 GiB at L = 64, N = 2^20, twice
 the limit mode's 0.68); trained points (TrainSpec) are not counted beyond that.
 
@@ -23,7 +24,8 @@ first (its handshake, an 8-byte length then msgpack naming "pickle-protocol"), s
 silence or another server's reply (an HTTP server once made Dask try to allocate 3 EiB, or hang) is
 a ValueError naming the scheduler within CONNECT_TIMEOUT. Mid-sweep, a lost scheduler or a worker
 that died is a `ClusterError` (one line; the points finished so far are in the store and were already
-passed on), and so is a cluster that has had no worker for NO_WORKER_SECONDS while tasks wait;
+passed on), and so is a cluster that has had no worker for `worker_wait` seconds (default
+NO_WORKER_SECONDS; None: however long) while tasks wait or a result is read;
 distributed's own log lines are silenced while the sweep runs.
 
 Workers die with their parent. A worker process the sweep started (loky, joblib's multiprocessing,
@@ -43,6 +45,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import signal
 import socket
 import struct
 import threading
@@ -160,13 +163,15 @@ def dask_results(task, items: list, names: list, need: list, jobs: int, schedule
             if future.key in seen:
                 continue
             try:
-                result = future.result()
+                result = _result(future, client, worker_wait, where, len(seen), len(items))
+            except ClusterError:
+                raise
             except BaseException as err:
                 # points that finished beside the failing one are stored: pass them on first
                 for other in futures:
                     if other.key not in seen and other is not future and other.status == "finished":
                         seen.add(other.key)
-                        yield other.result()
+                        yield _result(other, client, worker_wait, where, len(seen), len(items))
                 if isinstance(err, (ValueError, KeyboardInterrupt, SystemExit)):   # the task's own refusal
                     raise
                 raise ClusterError(_failure(err, where, names[futures[future]], len(seen), len(items))) from None
@@ -181,6 +186,18 @@ def dask_results(task, items: list, names: list, need: list, jobs: int, schedule
                     pass
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def _result(future, client, worker_wait, where: str, done: int, total: int):
+    """future.result(), read WAIT_SECONDS at a time: a finished task whose data died with its worker is
+    recomputed, and with no worker left that is a ClusterError after worker_wait (see _lonely), not a
+    wait without end."""
+    lonely = None
+    while True:
+        try:
+            return future.result(timeout=WAIT_SECONDS)
+        except TimeoutError:
+            lonely = _lonely(client, lonely, worker_wait, where, done, total)
 
 
 def _lonely(client, since, worker_wait, where: str, done: int, total: int):
@@ -302,6 +319,10 @@ def _check_worker_memory(client, names: list, need: list, where: str, culprits: 
         return
     addr = min(limits, key=limits.get)
     i = max(range(len(need)), key=need.__getitem__)
+    if limits[addr] < WORKER_BYTES:
+        raise ValueError(f"{where}: the memory_limit of worker {addr} ({limits[addr] / 2 ** 30:.3g} GiB) is less than "
+                         f"a worker holds before its first point (Python with torch, about "
+                         f"{WORKER_BYTES / 2 ** 20:.0f} MiB): give the workers more memory")
     if need[i] > limits[addr]:
         name = culprits[i][0] if culprits is not None else "n_max"
         raise ValueError(f"{where}: grid point {names[i]} needs about {need[i] / 2 ** 30:.3g} GiB searched up to "
@@ -351,6 +372,17 @@ def dask_guard():
 _watched: int | None = None                    # the parent pid this process's watchdog watches
 
 
+def ignore_sigint() -> None:
+    """In a worker process the sweep started: ignore SIGINT (a terminal's Ctrl-C reaches the whole
+    process group; the sweep answers it in one line and ends its workers). loky's workers run it as
+    their initializer, before any import that could be interrupted; every such worker again before a
+    point. Not in a thread other than the main one (a Dask worker's tasks: its preload did it)."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:
+        pass
+
+
 def die_with_parent(parent: int) -> None:
     """End this worker process when `parent`, the process that started it, is gone: at once if it
     is gone already (a task can arrive after its sender died), else from a daemon thread (started
@@ -358,7 +390,9 @@ def die_with_parent(parent: int) -> None:
     LocalCluster's under the default "spawn") watches os.getppid(): a child outliving its parent is
     re-parented, so it changes, and no pid reuse can fool this; a worker started through an
     intermediary (a "forkserver") watches whether the pid still exists. os._exit: no cleanup that
-    could block or append; the store's line in flight is one os.write, written whole or not at all."""
+    could block or append; the store's line in flight is one os.write, written whole or not at all.
+    The worker also ignores SIGINT from then on: Ctrl-C in a terminal signals the whole process group,
+    and the sweep, not each worker, answers it (in one line; loky's workers printed their tracebacks)."""
     global _watched
     direct = os.getppid() == parent
     if not _alive(parent, direct):
@@ -366,6 +400,7 @@ def die_with_parent(parent: int) -> None:
     if _watched == parent:
         return
     _watched = parent
+    ignore_sigint()                            # Ctrl-C is the sweep's to handle: no traceback from here
 
     def watch():
         while _alive(parent, direct):
