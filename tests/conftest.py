@@ -34,6 +34,27 @@ def random_params(cfg, seed, scale=1.0):
 # test_course.py about 2), every other file well under one. scripts/test.sh runs the tests in two processes, one
 # file at a time each (pytest-xdist --dist loadfile --no-loadscope-reorder: files in this order); started first,
 # these two end beside the many short files rather than after them, so both processes end near together.
+def ctrl_c_group(proc, timeout=120):
+    """A terminal's Ctrl-C: SIGINT to the whole process group of `proc` (started with
+    start_new_session=True and SIGINT at its default). Returns (exit status, stderr text, the children
+    still alive 10 s later, which are then killed). Reads stderr to its end; stdout is the caller's."""
+    import os
+    import signal
+    import psutil
+    kids = psutil.Process(proc.pid).children(recursive=True)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        err = proc.stderr.read()
+        rc = proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    gone, alive = psutil.wait_procs(kids, timeout=10)
+    for p in alive:
+        p.kill()
+    return rc, err, alive
+
+
 HEAVY_FIRST = ("test_course_pipeline.py", "test_course.py")
 
 

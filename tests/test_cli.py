@@ -2,7 +2,6 @@
 JSON keys and values agree with `lib.run`, errors exit 2 with one line naming the parameter."""
 import json
 import math
-import os
 import re
 import statistics
 import subprocess
@@ -364,11 +363,11 @@ def test_ctrl_c_to_the_process_group_with_loky_workers_is_one_line(tmp_path):
     show on an idle machine, so this guards the one-line promise rather than reproducing the race.)"""
     import signal
     import time
-    import psutil
+    from conftest import ctrl_c_group
     cache = tmp_path / "points.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "lib", "sweep", "--V", "2048", "--d", "256", "512", "--L", "256",
                              "--seeds", "3", "--device", "cpu", "--cache", str(cache), "--jobs", "2", "--backend", "loky"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 180
     while not (tmp_path / "points.jsonl.claims").exists() and proc.poll() is None and time.time() < deadline:
@@ -376,17 +375,8 @@ def test_ctrl_c_to_the_process_group_with_loky_workers_is_one_line(tmp_path):
     time.sleep(2.0)                                                   # both workers computing
     if proc.poll() is not None:
         pytest.skip(f"the sweep finished before it could be interrupted (status {proc.returncode})")
-    kids = psutil.Process(proc.pid).children(recursive=True)
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    gone, alive = psutil.wait_procs(kids, timeout=10)
-    for p in alive:
-        p.kill()
-    assert proc.returncode == 130 and len(err.strip().splitlines()) == 1, (proc.returncode, err[-2000:])
+    rc, err, alive = ctrl_c_group(proc)
+    assert rc == 130 and len(err.strip().splitlines()) == 1, (rc, err[-2000:])
     assert err.startswith("python -m lib sweep: interrupted") and not alive
 
 

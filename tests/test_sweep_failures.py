@@ -14,10 +14,10 @@ import sys
 import threading
 import time
 
-import psutil
 import pytest
 
 import lib
+from conftest import ctrl_c_group
 from lib.cli import main
 from lib.experiments import sweep as engine
 from lib.experiments import workers
@@ -388,17 +388,11 @@ def test_ctrl_c_with_dask_is_one_line_keeps_points_and_leaves_no_worker(tmp_path
         while not out and proc.poll() is None and time.time() < deadline:
             time.sleep(0.1)
         assert out and proc.poll() is None, ("no point streamed", proc.poll())
-        kids = psutil.Process(proc.pid).children(recursive=True)
-        os.killpg(proc.pid, signal.SIGINT)
-        err = proc.stderr.read()
-        rc = proc.wait(60)
+        rc, err, alive = ctrl_c_group(proc, 60)
         reader.join(10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    gone, alive = psutil.wait_procs(kids, timeout=10)
-    for p in alive:
-        p.kill()
     assert rc == 130 and err.strip().splitlines() == [
         f"python -m lib sweep: interrupted (finished points are kept in {cache})"], (rc, err[-3000:])
     done = [json.loads(line)["d"] for line in out]

@@ -25,7 +25,7 @@ from .experiment import METRICS, run
 from ..core.search import threshold_search
 from ..core.steps import StepSizes
 from .store import Store, point_prefix
-from .workers import check_grid_memory, point_bytes, point_culprit
+from .workers import check_grid_memory, point_bytes, point_culprit, point_name
 
 
 @dataclass
@@ -60,8 +60,7 @@ def nstar(cfg: TaskConfig, threshold: float = 0.99, *, seeds: int = 3, seed: int
     prefix = point_prefix(cfg, seeds=seeds, seed=seed, mode=mode, n_test=n_test, step_sizes=step_sizes,
                           training=training)
     # before any point: the search's largest, at n_max, must fit (as a sweep checks its grid)
-    name = f"V={cfg.V} d={cfg.d} L={cfg.L}" + (f" m={cfg.m}" if cfg.m is not None else "")
-    check_grid_memory([name], [point_bytes(cfg, n_max, n_test, mode)], n_max,
+    check_grid_memory([point_name(cfg)], [point_bytes(cfg, n_max, n_test, mode)], n_max,
                       culprits=[point_culprit(cfg, n_max, n_test, mode)])
     if store is not None and cache is not None:
         raise ValueError("cache and store cannot both be given")

@@ -69,7 +69,7 @@ from ..core.seed import get_draw, set_draw
 from ..core.steps import StepSizes
 from .store import Store, code_hash, point_prefix   # code_hash: lib.experiments.codehash
 from .workers import (NO_WORKER_SECONDS, WORKER_BYTES, Abandoned, ClusterError, check_grid_memory, dask_guard,  # noqa: F401
-                      dask_results, die_with_parent, ignore_sigint, point_bytes, point_culprit,
+                      dask_results, die_with_parent, ignore_sigint, point_bytes, point_culprit, point_name,
                       worker_hash_check)
 
 CONFIG_FIELDS = tuple(f.name for f in fields(TaskConfig) if f.name != "device")
@@ -249,7 +249,7 @@ def sweep(configs: list[TaskConfig], *, threshold: float = 0.99, seeds: int = 3,
     if jobs != 1 and (_own_workers(backend, jobs, scheduler) or backend == "threading"):
         jobs = min((os.cpu_count() or 1) if jobs == -1 else jobs, max(1, len(configs)))   # no idle workers
     own = _own_workers(backend, jobs, scheduler)
-    names = [f"V={c.V} d={c.d} L={c.L}" + (f" m={c.m}" if c.m is not None else "") for c in configs]
+    names = [point_name(c) for c in configs]
     need = [point_bytes(c, n_max, n_test, mode) for c in configs]
     culprits = [point_culprit(c, n_max, n_test, mode) for c in configs]
     if scheduler is None:                                             # a joined cluster: its workers' limits
@@ -314,12 +314,15 @@ def _indexed(i, cfg, store, opts, parent):
     return i, _one(cfg, store, opts, parent)
 
 
+def _active_backend() -> str:
+    """The class name of joblib's active backend (what backend=None runs on)."""
+    from joblib.parallel import get_active_backend
+    return type(get_active_backend()[0]).__name__
+
+
 def _loky(backend) -> bool:
     """Will joblib run the sweep's jobs on loky (by name, or as its active backend)?"""
-    if backend is None:
-        from joblib.parallel import get_active_backend
-        return type(get_active_backend()[0]).__name__ == "LokyBackend"
-    return backend == "loky"
+    return backend == "loky" or (backend is None and _active_backend() == "LokyBackend")
 
 
 def _own_workers(backend, jobs, scheduler) -> bool:
@@ -332,9 +335,7 @@ def _own_workers(backend, jobs, scheduler) -> bool:
     if jobs == 1 and backend is None:
         return False
     if backend is None:
-        from joblib.parallel import get_active_backend
-        name = type(get_active_backend()[0]).__name__
-        return name in ("LokyBackend", "MultiprocessingBackend")
+        return _active_backend() in ("LokyBackend", "MultiprocessingBackend")
     return backend == "loky"
 
 

@@ -68,36 +68,44 @@ class ClusterError(RuntimeError):
     finished before are in the store."""
 
 
-def point_bytes(cfg, n: int, n_test: int, mode: str = "limit") -> int:
-    """About the peak memory (bytes) of one worker process computing `cfg` at N = n with n_test test
-    samples: the interpreter with torch, 4.6 B per training and test token id (x4 in the finite mode),
-    105 B per V d (scaled with n_test beyond 8192), an MLP's frozen weights (see the docstring), and
-    the block of ids `sample_batch` draws at a time (4096 L int64: it matters only for a huge L)."""
-    tokens = 4.6 * (n + n_test) * cfg.L * (4 if mode == "finite" else 1)
-    tables = 105.0 * cfg.V_in * cfg.d * max(1.0, n_test / 8192)
-    mlp = 8.0 * cfg.m * (cfg.d + cfg.V_in) if cfg.m else 0.0
-    return int(WORKER_BYTES + tokens + tables + mlp + sample_block_bytes(cfg))
+def point_name(cfg) -> str:
+    """How a grid point is named in messages: "V=.. d=.. L=.." (and m)."""
+    return f"V={cfg.V} d={cfg.d} L={cfg.L}" + (f" m={cfg.m}" if cfg.m is not None else "")
 
 
-def point_culprit(cfg, n: int, n_test: int, mode: str = "limit") -> tuple[str, int]:
-    """The parameter (name, value) that makes `point_bytes(cfg, n, n_test, mode)` large, the one a
-    refusal names: its largest term's largest factor, that is the token ids' (n_max or n_test, or L
-    when L is the larger factor), the tables' (V, noise_vocab or d, or n_test when n_test / 8192 is the
-    larger factor), the MLP's (m) or the drawing block's (L)."""
+def _point_terms(cfg, n: int, n_test: int, mode: str) -> dict:
+    """The terms of `point_bytes` above the interpreter, each keyed by the parameter (name, value) that
+    makes it large: the training and test token ids (4.6 B each, x4 in the finite mode: n_max, n_test,
+    or L when L is the larger factor), the tables (105 B per V d, scaled with n_test beyond 8192: V,
+    noise_vocab or d, or n_test when n_test / 8192 is the larger factor), an MLP's frozen weights (m),
+    and the block of ids `sample_batch` draws at a time (4096 L int64: L)."""
     per_id = 4.6 * (4 if mode == "finite" else 1)
     table = max(("V", cfg.V), ("noise_vocab", cfg.noise_vocab or 0), ("d", cfg.d), key=lambda t: t[1])
     if n_test / 8192 > table[1]:
         table = ("n_test", n_test)
-    terms = {("n_max", n): per_id * n * cfg.L,
-             ("n_test", n_test): per_id * n_test * cfg.L,
-             table + ("tables",): 105.0 * cfg.V_in * cfg.d * max(1.0, n_test / 8192),
-             ("m", cfg.m): 8.0 * cfg.m * (cfg.d + cfg.V_in) if cfg.m else 0.0,
-             ("L", cfg.L, "block"): float(sample_block_bytes(cfg))}
-    largest = max(terms, key=terms.get)
-    name, value = largest[:2]
-    if len(largest) == 2 and name in ("n_max", "n_test") and cfg.L > value:       # a token term: N L
-        return "L", cfg.L
-    return name, value
+
+    def ids(name, count):                                          # count L token ids: named by the larger factor
+        return ("L", cfg.L) if cfg.L > count else (name, count), per_id * count * cfg.L
+    terms = {}
+    for key, nbytes in (ids("n_max", n), ids("n_test", n_test),
+                        (table, 105.0 * cfg.V_in * cfg.d * max(1.0, n_test / 8192)),
+                        (("m", cfg.m), 8.0 * cfg.m * (cfg.d + cfg.V_in) if cfg.m else 0.0),
+                        (("L", cfg.L), float(sample_block_bytes(cfg)))):
+        terms[key] = terms.get(key, 0.0) + nbytes                  # terms with one culprit add up
+    return terms
+
+
+def point_bytes(cfg, n: int, n_test: int, mode: str = "limit") -> int:
+    """About the peak memory (bytes) of one worker process computing `cfg` at N = n with n_test test
+    samples: the interpreter with torch and the terms of `_point_terms` (the fit of the docstring)."""
+    return int(WORKER_BYTES + sum(_point_terms(cfg, n, n_test, mode).values()))
+
+
+def point_culprit(cfg, n: int, n_test: int, mode: str = "limit") -> tuple[str, int]:
+    """The parameter (name, value) that makes `point_bytes(cfg, n, n_test, mode)` large, the one a
+    refusal names: the key of its largest term (see `_point_terms`)."""
+    terms = _point_terms(cfg, n, n_test, mode)
+    return max(terms, key=terms.get)
 
 
 def check_grid_memory(names: list, need: list, n_max: int, processes: int = 0, threads: int = 1,
